@@ -1,0 +1,54 @@
+"""Tokenize .txt / .jsonl / .parquet files or a HF dataset into titankit token shards.
+
+    python scripts/prepare_data.py --input 'corpus/*.jsonl' --output data/shards \
+        --tokenizer path/to/tokenizer.json --workers 8
+
+Resumable: rerunning the same command skips work units whose shards are already complete.
+Train on the result with `--data.dataset data/shards --data.tokenizer path/to/tokenizer.json`.
+The logic lives in trainer/data/prepare.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# Run from a checkout without installing: the repository root holds the `trainer` package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from trainer.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_UNIT_BYTES, prepare  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", nargs="+", required=True, metavar="PATH_OR_GLOB",
+                   help="files, folders, globs (quote them) or hf:NAME[:split]; .txt = one document per file, "
+                        ".jsonl = one per line, .parquet = one per row")
+    p.add_argument("--output", required=True, help="folder of the shards (created; reused to resume)")
+    p.add_argument("--tokenizer", default="bytes", help="'bytes' or the path of a HF tokenizer.json")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), help="tokenizing processes")
+    p.add_argument("--text-key", default="text", help="field (.jsonl) or column (.parquet, hf:) holding the text")
+    p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="most tokens per shard file")
+    p.add_argument("--unit-mb", type=float, default=DEFAULT_UNIT_BYTES / 2**20,
+                   help="input text per work unit (the grain of parallelism and of resuming)")
+    args = p.parse_args(argv)
+    try:
+        prepare(
+            args.input,
+            args.output,
+            tokenizer=args.tokenizer,
+            workers=args.workers,
+            text_key=args.text_key,
+            shard_tokens=args.shard_tokens,
+            unit_bytes=max(1, int(args.unit_mb * 2**20)),
+        )
+    except ValueError as e:
+        print(f"prepare_data: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,529 @@
+"""The config system: defaults, TOML + include, command line, precedence, round trip, errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.config import (
+    ConfigError,
+    JobConfig,
+    config_to_dict,
+    config_to_toml,
+    load_config,
+    source_of,
+    validate_config,
+)
+from trainer.config.checks import CHOICES
+from trainer.config.fields import section_fields, sections
+from trainer.config.help import key_docs
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Short runs with the default warm-up warn on purpose; that warning has its own test below.
+pytestmark = pytest.mark.filterwarnings("ignore:lr_scheduler.warmup_steps")
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def load_file(path: Path, *overrides: str) -> JobConfig:
+    return load_config(["--config", str(path), *overrides])
+
+
+# ---------------------------------------------------------------- defaults, schema, help
+
+
+def test_defaults_load_without_a_file():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the defaults must not warn about themselves
+        cfg = load_config([])
+    assert cfg == JobConfig()
+    assert source_of(cfg, "training.steps") == "default"
+
+
+def test_every_schema_field_has_a_docstring():
+    missing = [k for k, doc in key_docs().items() if not doc.strip()]
+    assert missing == [], f"fields without a docstring (it is their --help): {missing}"
+
+
+def test_help_lists_every_key_with_type_default_and_doc(capsys):
+    with pytest.raises(SystemExit) as exc:
+        load_config(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for key, doc in key_docs().items():
+        assert f"--{key}  (" in out
+        assert doc.split()[0] in out
+    assert "--training.steps  (int, default 50)" in out
+    assert "Optimizer steps to train." in out
+    assert "one of none | full | selective" in out
+
+
+# ---------------------------------------------------------------- TOML files and include
+
+
+def test_toml_file_sets_values_and_records_sources(tmp_path):
+    f = write(tmp_path / "run.toml", """
+[training]
+steps = 7
+max_norm = 2          # an int is fine where a float is due
+[float8]
+filter_fqns = ["output", "w2"]
+[model.overrides]
+n_layers = 3
+""")
+    cfg = load_file(f)
+    assert cfg.training.steps == 7
+    assert cfg.training.max_norm == 2.0 and isinstance(cfg.training.max_norm, float)
+    assert cfg.float8.filter_fqns == ["output", "w2"]
+    assert cfg.model.overrides == {"n_layers": 3}
+    assert cfg.training.seq_len == JobConfig().training.seq_len  # untouched keys keep defaults
+    assert source_of(cfg, "training.steps") == str(f)
+
+
+def test_include_order_relative_paths_and_nesting(tmp_path):
+    # main.toml -> [inc/one.toml -> ../base.toml, inc/two.toml]; later wins, the file itself last.
+    write(tmp_path / "base.toml", """
+[training]
+steps = 1
+seq_len = 64
+local_batch_size = 3
+[model.overrides]
+n_layers = 2
+dim = 64
+""")
+    write(tmp_path / "inc" / "one.toml", """
+include = ["../base.toml"]
+[training]
+steps = 2
+seq_len = 128
+""")
+    write(tmp_path / "inc" / "two.toml", """
+[training]
+steps = 3
+[model.overrides]
+n_layers = 5
+""")
+    main = write(tmp_path / "main.toml", """
+include = ["inc/one.toml", "inc/two.toml"]
+[training]
+seq_len = 32
+""")
+    cfg = load_file(main)
+    assert cfg.training.steps == 3  # two.toml is included after one.toml
+    assert cfg.training.seq_len == 32  # the including file beats its includes
+    assert cfg.training.local_batch_size == 3  # from base.toml, two levels down
+    assert cfg.model.overrides == {"n_layers": 5, "dim": 64}  # tables merge key by key
+    assert source_of(cfg, "training.steps") == str(tmp_path / "inc" / "two.toml")
+    assert source_of(cfg, "model.overrides.dim").endswith("base.toml")
+
+
+def test_include_cycle_is_detected(tmp_path):
+    write(tmp_path / "a.toml", 'include = ["b.toml"]\n')
+    write(tmp_path / "b.toml", 'include = ["a.toml"]\n')
+    with pytest.raises(ConfigError, match="include cycle") as exc:
+        load_file(tmp_path / "a.toml")
+    assert "a.toml" in str(exc.value) and "b.toml" in str(exc.value)
+
+
+def test_missing_include_names_including_file_and_path(tmp_path):
+    main = write(tmp_path / "main.toml", 'include = ["nope/base.toml"]\n')
+    with pytest.raises(ConfigError) as exc:
+        load_file(main)
+    msg = str(exc.value)
+    assert str(main) in msg and "nope/base.toml" in msg and "not found" in msg
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="command line: config file .*absent.toml.* not found"):
+        load_config(["--config", str(tmp_path / "absent.toml")])
+
+
+def test_malformed_toml_names_file_and_parse_error(tmp_path):
+    bad = write(tmp_path / "bad.toml", "[training]\nsteps = = 3\n")
+    with pytest.raises(ConfigError) as exc:
+        load_file(bad)
+    msg = str(exc.value)
+    assert str(bad) in msg and "malformed TOML" in msg and "line 2" in msg
+
+
+def test_bad_include_value(tmp_path):
+    f = write(tmp_path / "x.toml", "include = 3\n")
+    with pytest.raises(ConfigError, match="include = 3: expected a list of file paths"):
+        load_file(f)
+
+
+# ---------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize("argv, key, expected", [
+    (["--training.steps=3"], "training.steps", 3),
+    (["--training.steps", "3"], "training.steps", 3),
+    (["--checkpoint.load_step", "-1"], "checkpoint.load_step", -1),
+    (["--optimizer.lr=1"], "optimizer.lr", 1.0),
+    (["--optimizer.lr", "3e-4"], "optimizer.lr", 3e-4),
+    (["--metrics.enable_wandb"], "metrics.enable_wandb", True),
+    (["--metrics.enable_wandb=false"], "metrics.enable_wandb", False),
+    (["--metrics.enable_wandb", "false"], "metrics.enable_wandb", False),
+    (["--metrics.enable_wandb", "--training.steps=3"], "metrics.enable_wandb", True),
+    (["--float8.filter_fqns=output,w2"], "float8.filter_fqns", ["output", "w2"]),
+    (["--float8.filter_fqns="], "float8.filter_fqns", []),
+    (["--run.name", "my run"], "run.name", "my run"),
+    (["--training.steps=3", "--training.steps=4"], "training.steps", 4),  # last one wins
+])
+def test_cli_forms(tmp_path, argv, key, expected):
+    # The file sets the opposite boolean so a `=false` override is visible.
+    f = write(tmp_path / "c.toml", "[metrics]\nenable_wandb = true\n")
+    cfg = load_file(f, *argv)
+    section, name = key.split(".")
+    value = getattr(getattr(cfg, section), name)
+    assert value == expected and type(value) is type(expected)
+    assert source_of(cfg, key) == "command line"
+
+
+def test_cli_model_overrides_parse_scalars():
+    cfg = load_config(["--model.overrides.n_layers", "4", "--model.overrides.norm_eps=1e-6",
+                       "--model.overrides.flag", "--model.overrides.act=silu",
+                       "--model.overrides.tied=false"])
+    assert cfg.model.overrides == {"n_layers": 4, "norm_eps": 1e-6, "flag": True, "act": "silu",
+                                   "tied": False}
+    assert type(cfg.model.overrides["n_layers"]) is int
+
+
+def test_precedence_cli_over_toml_over_defaults(tmp_path):
+    f = write(tmp_path / "p.toml", """
+[training]
+steps = 7
+seq_len = 96
+[model.overrides]
+n_layers = 2
+dim = 64
+""")
+    cfg = load_file(f, "--training.steps=3", "--model.overrides.n_layers=4")
+    assert cfg.training.steps == 3  # CLI beats TOML
+    assert cfg.training.seq_len == 96  # TOML beats default
+    assert cfg.training.local_batch_size == JobConfig().training.local_batch_size  # default
+    assert cfg.model.overrides == {"n_layers": 4, "dim": 64}
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--training.stepz=3"], ["command line", "training.stepz", "did you mean training.steps"]),
+    (["--trainng.steps=3"], ["command line", "[trainng]", "did you mean [training]"]),
+    (["--training.lr=1e-3"], ["training.lr", "did you mean optimizer.lr"]),
+    (["--training.steps=ten"], ["command line", "training.steps", "expected an integer"]),
+    (["--training.steps"], ["--training.steps needs a value"]),
+    (["--metrics.enable_wandb=maybe"], ["metrics.enable_wandb", "expected a boolean"]),
+    (["--float8.filter_fqns=a,,b"], ["float8.filter_fqns", "empty item"]),
+    (["--training.steps.x=1"], ["training.steps has no sub-keys"]),
+    (["--model.overrides=3"], ["--model.overrides.n_layers=4"]),
+    (["steps=3"], ["unexpected argument 'steps=3'"]),
+    (["--config"], ["--config needs a file path"]),
+])
+def test_cli_errors(argv, needles):
+    with pytest.raises(ConfigError) as exc:
+        load_config(argv)
+    for needle in needles:
+        assert needle in str(exc.value)
+
+
+# ---------------------------------------------------------------- TOML errors
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("[training]\nstepz = 3\n", ["training.stepz", "did you mean training.steps"]),
+    ("[trainig]\nsteps = 3\n", ["[trainig]", "did you mean [training]"]),
+    ("[training]\nlr = 0.1\n", ["training.lr", "did you mean optimizer.lr"]),
+    ("steps = 3\n", ["top-level key steps", "did you mean training.steps"]),
+    ("training = 3\n", ["training = 3: expected a table"]),
+    ('[training]\nsteps = "ten"\n', ['training.steps = "ten"', "expected an integer"]),
+    ("[training]\nsteps = true\n", ["training.steps = true", "expected an integer"]),
+    ("[training]\nsteps = 3.0\n", ["training.steps = 3.0", "expected an integer"]),
+    ("[training]\nmax_norm = true\n", ["training.max_norm = true", "expected a number"]),
+    ('[metrics]\nenable_wandb = "yes"\n', ["metrics.enable_wandb", "expected a boolean"]),
+    ('[run]\nname = 5\n', ["run.name = 5", "expected a string"]),
+    ('[float8]\nfilter_fqns = "output"\n', ["float8.filter_fqns", "expected a list of strings"]),
+    ('[float8]\nfilter_fqns = ["output", 3]\n', ["float8.filter_fqns[1] = 3"]),
+    ("[model.overrides.inner]\nx = 1\n", ["model.overrides.inner", "nested tables"]),
+])
+def test_toml_errors_name_file_key_and_fix(tmp_path, text, needles):
+    f = write(tmp_path / "e.toml", text)
+    with pytest.raises(ConfigError) as exc:
+        load_file(f)
+    msg = str(exc.value)
+    assert msg.startswith(str(f) + ":")
+    for needle in needles:
+        assert needle in msg
+
+
+def test_error_names_the_included_file_that_holds_the_bad_line(tmp_path):
+    write(tmp_path / "base.toml", '[training]\nseq_len = "long"\n')
+    main = write(tmp_path / "main.toml", 'include = ["base.toml"]\n[training]\nsteps = 3\n')
+    with pytest.raises(ConfigError) as exc:
+        load_file(main)
+    assert str(exc.value).startswith(str(tmp_path / "base.toml") + ": training.seq_len")
+
+
+# ---------------------------------------------------------------- choices and ranges
+
+
+@pytest.mark.parametrize("key", sorted(CHOICES))
+def test_choice_fields_reject_other_values(tmp_path, key):
+    section, name = key.split(".")
+    f = write(tmp_path / "c.toml", f'[{section}]\n{name} = "bogus"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_file(f)
+    msg = str(exc.value)
+    assert msg.startswith(str(f)) and f'{key} = "bogus"' in msg
+    assert " | ".join(CHOICES[key]) in msg
+    for value in CHOICES[key]:  # every listed value is accepted
+        cfg = load_config([f"--{key}={value}"])
+        assert getattr(getattr(cfg, section), name) == value
+
+
+def test_choice_suggests_the_right_spelling():
+    with pytest.raises(ConfigError, match="did you mean 'AdamW'"):
+        load_config(["--optimizer.name=adamw"])
+    with pytest.raises(ConfigError, match="did you mean 'selective'"):
+        load_config(["--activation_checkpoint.mode=selectve"])
+
+
+@pytest.mark.parametrize("arg, key", [
+    ("--training.steps=0", "training.steps"),
+    ("--training.seq_len=0", "training.seq_len"),
+    ("--training.local_batch_size=0", "training.local_batch_size"),
+    ("--training.global_batch_size=0", "training.global_batch_size"),
+    ("--optimizer.lr=0", "optimizer.lr"),
+    ("--optimizer.lr=-1e-3", "optimizer.lr"),
+    ("--optimizer.lr=nan", "optimizer.lr"),
+    ("--optimizer.beta2=1", "optimizer.beta2"),
+    ("--lr_scheduler.warmup_steps=-1", "lr_scheduler.warmup_steps"),
+    ("--lr_scheduler.min_lr_factor=1.5", "lr_scheduler.min_lr_factor"),
+    ("--lr_scheduler.min_lr_factor=-0.1", "lr_scheduler.min_lr_factor"),
+    ("--lr_scheduler.decay_ratio=0", "lr_scheduler.decay_ratio"),
+    ("--lr_scheduler.decay_ratio=1.01", "lr_scheduler.decay_ratio"),
+    ("--checkpoint.keep_latest_k=1", "checkpoint.keep_latest_k"),
+    ("--checkpoint.interval=0", "checkpoint.interval"),
+    ("--metrics.log_freq=0", "metrics.log_freq"),
+    ("--run.name=a/b", "run.name"),
+    ("--activation_checkpoint.selective_ac_option=every", "activation_checkpoint.selective_ac_option"),
+])
+def test_range_checks(arg, key):
+    with pytest.raises(ConfigError) as exc:
+        load_config([arg])
+    msg = str(exc.value)
+    assert msg.startswith("command line: " + key) and "must be" in msg
+
+
+@pytest.mark.parametrize("arg", [
+    "--checkpoint.keep_latest_k=0", "--checkpoint.keep_latest_k=2",
+    "--lr_scheduler.min_lr_factor=0", "--lr_scheduler.min_lr_factor=1",
+    "--lr_scheduler.decay_ratio=1", "--training.global_batch_size=16",
+    "--activation_checkpoint.selective_ac_option=2", "--training.max_norm=0",
+])
+def test_range_edges_are_accepted(arg):
+    load_config([arg])
+
+
+def test_warmup_longer_than_run_warns():
+    with pytest.warns(UserWarning, match="lr_scheduler.warmup_steps = 20 .* training.steps = 5"):
+        load_config(["--training.steps=5", "--lr_scheduler.warmup_steps=20"])
+
+
+def test_async_tp_needs_compile():
+    with pytest.raises(ConfigError, match="compile.enable"):
+        load_config(["--parallelism.enable_async_tensor_parallel"])
+    load_config(["--parallelism.enable_async_tensor_parallel", "--compile.enable"])
+
+
+# ---------------------------------------------------------------- round trip
+
+
+def random_config(rng: random.Random) -> JobConfig:
+    """A valid config with every key changed from its default (random values, fixed seed)."""
+    cfg = JobConfig()
+    chars = "abcXYZ _-./\"\\'\t\n#=[]{}\u00e9\u4e2d\U0001F600"
+    for section in sections():
+        sec = getattr(cfg, section)
+        for key, (tp, _) in section_fields(section).items():
+            full = f"{section}.{key}"
+            if full in CHOICES:
+                value = rng.choice(CHOICES[full])
+            elif tp is bool:
+                value = rng.random() < 0.5
+            elif tp is int:
+                value = rng.randint(2, 10_000)
+            elif tp is float:
+                value = rng.uniform(1e-9, 0.99)
+            elif tp is str:
+                value = "".join(rng.choice(chars) for _ in range(rng.randint(1, 12)))
+            elif tp == list[str]:
+                value = ["".join(rng.choice(chars) for _ in range(5)) for _ in range(3)]
+            else:  # model.overrides
+                value = {"n_layers": rng.randint(1, 9), "norm_eps": rng.uniform(1e-7, 1e-3),
+                         "flag": True, "act": "silu", "sizes": [1, 2]}
+            setattr(sec, key, value)
+    cfg.run.name = "run" + str(rng.randint(0, 99))
+    cfg.run.seed = rng.randint(0, 2**32 - 1)
+    cfg.activation_checkpoint.selective_ac_option = str(rng.randint(1, 4))
+    cfg.training.global_batch_size = cfg.training.local_batch_size * rng.randint(1, 4)
+    cfg.checkpoint.load_step = -1
+    cfg.training.steps = cfg.lr_scheduler.warmup_steps + rng.randint(1, 100)
+    cfg.parallelism.enable_async_tensor_parallel = cfg.compile.enable
+    return cfg
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_round_trip_gives_an_equal_config(tmp_path, seed):
+    cfg = random_config(random.Random(seed))
+    text = config_to_toml(cfg)
+    assert text.isascii()
+    f = write(tmp_path / "resolved.toml", text)
+    again = load_file(f)
+    assert again == cfg
+    assert config_to_dict(again) == dataclasses.asdict(cfg)
+    assert config_to_toml(again) == text
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(
+    st.text(min_size=1, max_size=8),
+    st.one_of(st.text(max_size=20), st.integers(-2**63, 2**63 - 1),
+              st.floats(allow_nan=False), st.booleans(),
+              st.lists(st.one_of(st.text(max_size=5), st.integers()), max_size=4)),
+    max_size=6))
+def test_writer_round_trips_arbitrary_values(table):
+    from trainer.config.toml_writer import dict_to_toml
+
+    data = {"a": {"b": table, "x": 1}}
+    assert tomllib.loads(dict_to_toml(data, header="h\nline")) == data
+
+
+# ---------------------------------------------------------------- validate_config
+
+
+def test_impossible_batch_names_global_batch_size():
+    cfg = load_config(["--training.local_batch_size=3", "--training.global_batch_size=8"])
+    with pytest.raises(ConfigError) as exc:
+        validate_config(cfg, world_size=2)
+    msg = str(exc.value)
+    assert "training.global_batch_size = 8" in msg
+    assert "3 x 2 = 6" in msg and "-1" in msg and "6, 12, 18" in msg
+    assert "local_batch_size in 1, 2, 4" in msg  # 8 / dp 2 = 4 per rank
+
+
+def test_impossible_mesh_is_a_config_error():
+    cfg = load_config(["--parallelism.tensor_parallel_degree=2"])
+    with pytest.raises(ConfigError, match="world size 3"):
+        validate_config(cfg, world_size=3)
+
+
+def test_validate_rechecks_configs_built_in_code():
+    cfg = JobConfig()
+    cfg.training.steps = 0
+    with pytest.raises(ConfigError, match="default: training.steps = 0: must be >= 1"):
+        validate_config(cfg, world_size=1)
+
+
+# The checks below need the model families (trainer/models, written by another helper).
+
+
+def families():
+    fams = getattr(pytest.importorskip("trainer.models"), "FAMILIES", None)
+    if fams is None:
+        pytest.skip("trainer.models has no FAMILIES yet")
+    return fams
+
+
+def test_validate_accepts_gradient_accumulation():
+    families()
+    cfg = load_config(["--training.local_batch_size=2", "--training.global_batch_size=16",
+                       "--training.seq_len=64"])
+    dims = validate_config(cfg, world_size=4)
+    assert dims.dp == 4 and cfg.training.global_batch_size // (2 * dims.dp) == 2
+
+
+def test_unknown_model_name_and_flavor():
+    fams = families()
+    with pytest.raises(ConfigError) as exc:
+        validate_config(load_config(["--model.name=llama"]), 1)
+    assert "model.name" in str(exc.value) and "llama3" in str(exc.value)
+    with pytest.raises(ConfigError) as exc:
+        validate_config(load_config(["--model.flavor=debugg"]), 1)
+    msg = str(exc.value)
+    assert "model.flavor" in msg and "did you mean 'debug'" in msg
+    assert all(f in msg for f in fams["llama3"].flavors)
+
+
+def test_model_overrides_are_checked_and_applied():
+    from trainer.config import resolve_model_args
+
+    fams = families()
+    base = fams["llama3"].flavors["debug"]
+    cfg = load_config(["--model.overrides.n_layers", str(base.n_layers + 1)])
+    args = resolve_model_args(cfg)
+    assert args.n_layers == base.n_layers + 1 and type(args) is type(base)
+    assert fams["llama3"].flavors["debug"].n_layers == base.n_layers  # the flavor is not mutated
+    with pytest.raises(ConfigError, match="model.overrides.n_layer:.*did you mean model.overrides.n_layers"):
+        resolve_model_args(load_config(["--model.overrides.n_layer=4"]))
+    assert resolve_model_args(load_config(["--model.overrides.n_kv_heads=none"])).n_kv_heads is None
+    with pytest.raises(ConfigError, match="model.overrides.n_layers = \"four\": expected int"):
+        resolve_model_args(load_config(["--model.overrides.n_layers=four"]))
+
+
+def test_tp_must_divide_heads():
+    fams = families()
+    heads = fams["llama3"].flavors["debug"].n_heads
+    tp = next(t for t in range(2, 64) if heads % t)
+    cfg = load_config([f"--parallelism.tensor_parallel_degree={tp}"])
+    with pytest.raises(ConfigError, match="tensor_parallel_degree"):
+        validate_config(cfg, world_size=tp)
+
+
+# ---------------------------------------------------------------- python -m trainer.config
+
+
+def run_cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "trainer.config", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_tool_reports_unknown_key(tmp_path):
+    f = write(tmp_path / "t.toml", "[training]\nsteps = 5\n")
+    proc = run_cli("--config", str(f), "--training.stepz=3")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ")
+    assert "training.stepz" in proc.stderr and "training.steps" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_cli_tool_prints_loadable_resolved_toml(tmp_path):
+    families()
+    f = write(tmp_path / "t.toml", "[training]\nsteps = 5\nlocal_batch_size = 2\n")
+    proc = run_cli("--config", str(f), "--metrics.log_freq=2", "--world-size", "2",
+                   "--training.global_batch_size=8")
+    assert proc.returncode == 0, proc.stderr
+    out = write(tmp_path / "resolved.toml", proc.stdout)
+    assert load_file(out) == load_file(f, "--metrics.log_freq=2", "--training.global_batch_size=8")
+    # WORLD_SIZE from the environment is used when --world-size is not given: 3 ranks cannot
+    # hold a global batch of 8 in micro-batches of 2.
+    bad = run_cli("--config", str(f), "--training.global_batch_size=8", env_extra={"WORLD_SIZE": "3"})
+    assert bad.returncode == 2 and "training.global_batch_size = 8" in bad.stderr

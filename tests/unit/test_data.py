@@ -1,0 +1,324 @@
+"""Tokenizers, token shards, the embedded corpus, build_dataset and the sample stream."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.data import SampleStream, TokenSource, build_dataset, build_tokenizer
+from trainer.data.embedded import build_embedded
+from trainer.data.shards import open_shard, write_shard
+from trainer.data.stream import window_permutation
+from trainer.data.tokenizer import ByteTokenizer, HFTokenizer
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "def main():\n    return 42  # the answer",
+    "Pack my box with five dozen liquor jugs; caf\u00e9 na\u00efve \u00fcber \u4e2d\u6587.",
+    "Sphinx of black quartz, judge my vow!",
+]
+
+
+def random_text(rng: np.random.Generator, n: int) -> str:
+    alphabet = list("abcdefghij klmnop\nQRSTUV.,;:!?") + ["\u00e9", "\u00df", "\u4e2d", "\U0001f600"]
+    return "".join(rng.choice(alphabet, size=n))
+
+
+def make_hf_tokenizer(folder: Path, specials=("<s>", "</s>")) -> Path:
+    """A tiny byte-level BPE trained on a few sentences, saved as tokenizer.json."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=list(specials), initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(SENTENCES * 3, trainer)
+    path = folder / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+
+def test_byte_tokenizer_round_trip_and_documents():
+    rng = np.random.default_rng(0)
+    tok = build_tokenizer("bytes")
+    assert (tok.vocab_size, tok.bos_id, tok.eos_id, tok.fingerprint) == (258, 256, 257, "bytes-v1")
+    docs = [random_text(rng, int(n)) for n in rng.integers(0, 200, size=6)]
+    for d in docs:
+        ids = tok.encode(d)
+        assert max(ids, default=0) < 256 and tok.decode(ids) == d
+    packed = tok.encode_documents(docs)
+    expected = [i for d in docs for i in tok.encode(d) + [tok.eos_id]]
+    assert packed.tolist() == expected
+    assert tok.decode(packed.tolist()) == "".join(docs)  # specials are dropped when decoding
+
+
+def test_hf_tokenizer(tmp_path):
+    path = make_hf_tokenizer(tmp_path)
+    tok = build_tokenizer(str(path))
+    assert isinstance(tok, HFTokenizer)
+    assert tok.eos_id == tok._tok.token_to_id("</s>") and tok.bos_id == tok._tok.token_to_id("<s>")
+    assert tok.fingerprint.startswith("sha256:") and tok.fingerprint == HFTokenizer(path).fingerprint
+    rng = np.random.default_rng(1)
+    docs = SENTENCES + [random_text(rng, 150)]
+    for d in docs:
+        ids = tok.encode(d)
+        assert tok.eos_id not in ids and tok.bos_id not in ids
+        assert tok.decode(ids) == d
+    assert len(tok.encode(SENTENCES[0])) < len(SENTENCES[0])  # merges were learned
+    packed = tok.encode_documents(docs)
+    assert packed.tolist() == [i for d in docs for i in tok.encode(d) + [tok.eos_id]]
+    # The folder holding tokenizer.json is accepted too.
+    assert build_tokenizer(str(tmp_path)).fingerprint == tok.fingerprint
+
+
+def test_hf_tokenizer_specials_from_config_and_errors(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    path = make_hf_tokenizer(a, specials=("<|endoftext|>", "<mine>"))
+    tok = HFTokenizer(path)  # GPT-2 style: no BOS token, so BOS is the EOS token
+    assert tok.eos_id == tok.bos_id == tok._tok.token_to_id("<|endoftext|>")
+    (a / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<mine>"}}))
+    assert HFTokenizer(path).eos_id == tok._tok.token_to_id("<mine>")
+
+    no_eos = make_hf_tokenizer(b, specials=("<pad>",))
+    with pytest.raises(ValueError, match="cannot determine the EOS token of .*tokenizer.json"):
+        HFTokenizer(no_eos)
+    missing = tmp_path / "nope" / "tokenizer.json"
+    with pytest.raises(ValueError, match=str(missing)):
+        build_tokenizer(str(missing))
+
+
+# ----------------------------------------------------------------------------- shards
+
+
+def test_shard_round_trip_uint16_and_uint32(tmp_path):
+    rng = np.random.default_rng(2)
+    small = ByteTokenizer()
+    big = SimpleNamespace(vocab_size=70_000, eos_id=69_999, fingerprint="test-big")
+    for tok, dtype in ((small, np.uint16), (big, np.uint32)):
+        tokens = rng.integers(0, tok.vocab_size, size=1001)
+        header = write_shard(tmp_path / f"{dtype.__name__}.bin", tokens, tok)
+        arr, read = open_shard(tmp_path / f"{dtype.__name__}.bin", tok.fingerprint)
+        assert arr.dtype == dtype and np.array_equal(arr, tokens) and read == header
+        assert read["count"] == 1001 and read["eos_id"] == tok.eos_id and read["vocab_size"] == tok.vocab_size
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 258\)"):
+        write_shard(tmp_path / "bad.bin", np.array([5, 300]), small)
+    assert not (tmp_path / "bad.bin").exists() and not (tmp_path / "bad.json").exists()
+
+
+def test_shard_validation_errors(tmp_path):
+    tok = ByteTokenizer()
+    tokens = np.random.default_rng(3).integers(0, 258, size=500)
+    write_shard(tmp_path / "a.bin", tokens, tok)
+    msg = r"shard .*a\.bin was made by tokenizer 'bytes-v1' but this run's tokenizer is 'sha256:00'"
+    with pytest.raises(ValueError, match=msg):
+        open_shard(tmp_path / "a.bin", "sha256:00")
+    with pytest.raises(ValueError, match=r"a\.bin was made by tokenizer 'bytes-v1'.*'other'"):
+        TokenSource(tmp_path, "other")
+    with open(tmp_path / "a.bin", "r+b") as f:
+        f.truncate(999)
+    with pytest.raises(ValueError, match=r"shard .*a\.bin is 999 bytes but its header says 500 uint16 tokens"):
+        open_shard(tmp_path / "a.bin")
+    with pytest.raises(ValueError, match=r"a\.bin is 999 bytes"):
+        TokenSource(tmp_path)
+
+
+def test_token_source_reads_across_shards(tmp_path, monkeypatch):
+    monkeypatch.setattr("trainer.data.shards.MAX_OPEN_SHARDS", 2)  # exercise closing least-used maps
+    rng = np.random.default_rng(4)
+    tok = ByteTokenizer()
+    pieces = [rng.integers(0, 258, size=int(n)) for n in (37, 1, 250, 0, 64, 129)]
+    for k, p in enumerate(pieces):
+        write_shard(tmp_path / f"s{k:02d}.bin", p, tok)
+    (tmp_path / "zz.bin").write_bytes(b"\x00\x01")  # no header: an interrupted write, ignored with a warning
+    with pytest.warns(UserWarning, match="ignoring 1 .bin file"):
+        src = TokenSource(tmp_path, tok.fingerprint)
+    full = np.concatenate(pieces)
+    assert len(src) == len(full) and src.eos_id == 257
+    assert np.array_equal(src[30:300], full[30:300]) and np.array_equal(src[:], full)
+    starts = rng.integers(0, len(full) - 70, size=200)
+    got = src.gather(starts, 70)
+    assert np.array_equal(got, full[starts[:, None] + np.arange(70)])
+    assert len(src._open) <= 2
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="dataset folder .*empty holds no token shards"):
+        TokenSource(tmp_path / "empty")
+
+
+def test_token_source_rejects_mixed_tokenizers(tmp_path):
+    write_shard(tmp_path / "a.bin", np.arange(10), ByteTokenizer())
+    other = SimpleNamespace(vocab_size=258, eos_id=257, fingerprint="bytes-v0")
+    write_shard(tmp_path / "b.bin", np.arange(10), other)
+    with pytest.raises(ValueError, match="mixes tokenizers: a.bin has 'bytes-v1', b.bin has 'bytes-v0'"):
+        TokenSource(tmp_path)
+
+
+# ----------------------------------------------------------------------------- embedded corpus
+
+
+def test_embedded_corpus_deterministic_real_text_and_concurrent(tmp_path):
+    tok = ByteTokenizer()
+    a = build_embedded(tmp_path / "a", tok, max_bytes=400_000, shard_tokens=50_000)
+    b = build_embedded(tmp_path / "b", tok, max_bytes=400_000, shard_tokens=50_000)
+    assert a.name == b.name and b.name.startswith("stdlib-py")
+    shards_a, shards_b = sorted(a.glob("*.bin")), sorted(b.glob("*.bin"))
+    assert len(shards_a) >= 4 and [p.name for p in shards_a] == [p.name for p in shards_b]
+    for pa, pb in zip(shards_a, shards_b):
+        assert pa.read_bytes() == pb.read_bytes()
+        assert pa.with_suffix(".json").read_bytes() == pb.with_suffix(".json").read_bytes()
+    info = json.loads((a / "COMPLETE.json").read_text())
+    assert 300_000 < info["bytes"] <= 400_000 and info["tokens"] == info["bytes"] + info["files"]
+    src = TokenSource(a, tok.fingerprint)
+    text = tok.decode(src[:].tolist())
+    assert text.count("def ") > 50 and text.count("import ") > 20 and text.count("return") > 50
+    assert int((src[:] == tok.eos_id).sum()) == info["files"]
+
+    # Three processes racing on an empty cache agree on one complete folder and leave no temp.
+    cache = tmp_path / "race"
+    with mp.get_context("spawn").Pool(3) as pool:  # the target is trainer's own: workers skip torch
+        args = (str(cache), ByteTokenizer(), 0, 400_000, 50_000)
+        paths = [str(p) for p in pool.starmap(build_embedded, [args] * 3)]
+    assert len(set(paths)) == 1 and Path(paths[0]).name == a.name
+    assert sorted(p.name for p in (cache / "embedded").iterdir() if not p.name.endswith(".lock")) == [a.name]
+    for pa in shards_a:
+        assert (Path(paths[0]) / pa.name).read_bytes() == pa.read_bytes()
+
+
+def test_build_dataset(tmp_path):
+    tok = ByteTokenizer()
+    src = build_dataset(SimpleNamespace(dataset="embedded", cache_dir=str(tmp_path / "cache")), tok)
+    assert len(src) > 1_000_000 and src.fingerprint == tok.fingerprint
+    with pytest.raises(ValueError, match="data.dataset: '.*nowhere' is neither 'embedded'"):
+        build_dataset(SimpleNamespace(dataset=str(tmp_path / "nowhere"), cache_dir=""), tok)
+    (tmp_path / "shards").mkdir()
+    write_shard(tmp_path / "shards" / "x.bin", np.arange(99), tok)
+    assert len(build_dataset(SimpleNamespace(dataset=str(tmp_path / "shards"), cache_dir=""), tok)) == 99
+    hf = HFTokenizer(make_hf_tokenizer(tmp_path))
+    msg = r"x\.bin was made by tokenizer 'bytes-v1' but this run's tokenizer is 'sha256:"
+    with pytest.raises(ValueError, match=msg):
+        build_dataset(SimpleNamespace(dataset=str(tmp_path / "shards"), cache_dir=""), hf)
+
+
+# ----------------------------------------------------------------------------- sample stream
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> TokenSource:
+    """Random tokens with frequent EOS over three shards: 5,000 tokens."""
+    folder = tmp_path_factory.mktemp("stream")
+    rng = np.random.default_rng(5)
+    tok = ByteTokenizer()
+    for k, n in enumerate((1700, 2300, 1000)):
+        t = rng.integers(0, 256, size=n)
+        t[rng.random(n) < 0.03] = tok.eos_id
+        write_shard(folder / f"s{k}.bin", t, tok)
+    return TokenSource(folder, tok.fingerprint)
+
+
+def test_window_permutation_is_a_seeded_bijection():
+    for n in (1, 2, 3, 10, 257, 1000):
+        p0 = window_permutation(np.arange(n), n, seed=7, epoch=0)
+        assert sorted(p0.tolist()) == list(range(n))
+    p = [window_permutation(np.arange(500), 500, seed=s, epoch=e) for s, e in ((7, 0), (7, 1), (8, 0))]
+    assert not np.array_equal(p[0], p[1]) and not np.array_equal(p[0], p[2])
+    assert np.array_equal(p[0], window_permutation(np.arange(500), 500, seed=7, epoch=0))
+
+
+def _collect(source, dp, steps, B=3, seq_len=16, seed=11, start=0):
+    """Run every rank of a dp-way stream for `steps` batches -> {global index: (tokens, labels, doc_ids)}."""
+    out = {}
+    for r in range(dp):
+        s = SampleStream(source, seq_len, seed, r, dp, B)
+        s.load_state_dict({"next_index": start})
+        for _ in range(steps):
+            batch = s.next_batch()
+            for row, i in enumerate(batch["indices"].tolist()):
+                assert i not in out
+                out[i] = tuple(batch[k][row].numpy() for k in ("tokens", "labels", "doc_ids"))
+        assert s.state_dict() == {"next_index": start + steps * B * dp}
+    return out
+
+
+def test_stream_is_world_size_independent(source):
+    seq_len, n = 16, (len(source) - 1) // 16
+    ref = _collect(source, dp=1, steps=120)  # 360 samples: past one epoch (312 windows)
+    assert sorted(ref) == list(range(360))
+    for dp in (2, 4):
+        got = _collect(source, dp=dp, steps=120 // dp)
+        assert sorted(got) == sorted(ref)
+        for i in ref:
+            for x, y in zip(ref[i], got[i]):
+                assert np.array_equal(x, y)
+    # Epoch 0 visits every window once; the window of sample i is its tokens in the source.
+    full = source[:]
+    s = SampleStream(source, seq_len, 11, 0, 1, 1)
+    wins = s.windows(np.arange(n))
+    assert sorted(wins.tolist()) == list(range(n))
+    for i in (0, 5, n - 1, n, 359):
+        w = s.windows(np.array([i]))[0]
+        assert np.array_equal(ref[i][0], full[w * seq_len : w * seq_len + seq_len])
+
+
+def test_stream_batch_contents(source):
+    s = SampleStream(source, 32, seed=3, dp_rank=1, dp_size=2, local_batch_size=4)
+    batch = s.next_batch()
+    assert batch["tokens"].shape == (4, 32) and batch["tokens"].dtype == torch.int64
+    assert batch["labels"].dtype == torch.int64 and batch["doc_ids"].dtype == torch.int32
+    assert batch["indices"].tolist() == [1, 3, 5, 7]
+    full = source[:].astype(np.int64)
+    for row, w in enumerate(s.windows(batch["indices"].numpy())):
+        window = full[w * 32 : w * 32 + 33]
+        assert batch["tokens"][row].tolist() == window[:-1].tolist()
+        assert batch["labels"][row].tolist() == window[1:].tolist()
+        # doc id: number of EOS strictly before the position (EOS belongs to the doc it ends).
+        expected, d = [], 0
+        for t in window[:-1]:
+            expected.append(d)
+            d += int(t == 257)
+        assert batch["doc_ids"][row].tolist() == expected
+    assert any(batch["doc_ids"][:, -1] > 0)  # the fixture's EOS rate makes boundaries certain
+
+
+def test_stream_resume_bitwise_and_on_other_dp(source):
+    full_run = _collect(source, dp=2, steps=10)
+    first = _collect(source, dp=2, steps=4)
+    resumed = _collect(source, dp=2, steps=6, start=4 * 3 * 2)
+    assert sorted(first) + sorted(resumed) == sorted(full_run)
+    for i, v in {**first, **resumed}.items():
+        assert all(np.array_equal(x, y) for x, y in zip(v, full_run[i]))
+    # Save mid-run on dp=2 (next_index 6), resume on dp=4 and dp=3: no repeat, no gap.
+    s = SampleStream(source, 16, 11, 0, 2, 3)
+    s.next_batch()
+    state = s.state_dict()
+    assert state == {"next_index": 6}
+    for dp in (4, 3):
+        seen = list(range(6))
+        for r in range(dp):
+            t = SampleStream(source, 16, 11, r, dp, 3)
+            t.load_state_dict(state)
+            seen += t.next_batch()["indices"].tolist() + t.next_batch()["indices"].tolist()
+        assert sorted(seen) == list(range(6 + 2 * 3 * dp))
+
+
+def test_stream_errors(source):
+    with pytest.raises(ValueError, match=r"dataset .* has 5000 tokens, fewer than one sample of seq_len \+ 1 = 5001"):
+        SampleStream(source, 5000, 0, 0, 1, 1)
+    assert SampleStream(source, 4999, 0, 0, 1, 1).n_windows == 1
+    with pytest.raises(ValueError, match="dp_rank must lie in"):
+        SampleStream(source, 16, 0, 2, 2, 1)
+    s = SampleStream(source, 16, 0, 0, 1, 1)
+    with pytest.raises(ValueError, match="next_index"):
+        s.load_state_dict({"index": 3})
+    s.load_state_dict({"next_index": torch.tensor(9)})
+    assert s.state_dict() == {"next_index": 9}

@@ -1,0 +1,143 @@
+"""scripts/prepare_data.py: txt/jsonl/parquet inputs, 2 worker processes, resumability, errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.unit.test_data import make_hf_tokenizer, random_text
+from trainer.data import TokenSource, build_tokenizer
+from trainer.data.prepare import prepare
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_corpus(folder: Path, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Random documents in 3 .txt, 2 .jsonl (with a null and a blank line) and 1 .parquet (2 row
+    groups) -> (the --input list, the documents in the order they must appear in the shards)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    docs: list[str] = []
+    for k in range(3):
+        text = random_text(rng, int(rng.integers(50, 400)))
+        (folder / f"t{k}.txt").write_text(text, encoding="utf-8")
+        docs.append(text)
+    for k in range(2):
+        lines = []
+        for j in range(40):
+            text = random_text(rng, int(rng.integers(0, 120)))
+            lines.append(json.dumps({"id": j, "text": text}))
+            docs.append(text)
+        lines.insert(7, json.dumps({"id": -1, "text": None}))
+        lines.insert(3, "")
+        (folder / f"j{k}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    texts = [random_text(rng, int(rng.integers(1, 200))) for _ in range(30)]
+    pq.write_table(pa.table({"text": texts, "n": list(range(30))}), folder / "p.parquet", row_group_size=16)
+    docs.extend(texts)
+    return [str(folder / "t*.txt"), str(folder / "j*.jsonl"), str(folder / "p.parquet")], docs
+
+
+def shard_files(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.glob("shard-*"))}
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "hf"])
+def test_prepare_txt_jsonl_parquet_two_workers_and_resume(tmp_path, tokenizer):
+    pytest.importorskip("pyarrow")
+    inputs, docs = make_corpus(tmp_path / "in")
+    spec = "bytes" if tokenizer == "bytes" else str(make_hf_tokenizer(tmp_path))
+    tok = build_tokenizer(spec)
+    out = tmp_path / "out"
+    # Small units and shards: the jsonl files split into byte ranges, units write several parts.
+    kw = dict(tokenizer=spec, workers=2, shard_tokens=700, unit_bytes=1500, log=None)
+    stats = prepare(inputs, out, **kw)
+    assert stats.units >= 8 and stats.done == stats.units and stats.skipped == 0
+    assert stats.documents == len(docs) and stats.null_documents == 2
+    expected = np.concatenate([np.array(tok.encode(d) + [tok.eos_id]) for d in docs])
+    src = TokenSource(out, tok.fingerprint)
+    assert np.array_equal(src[:], expected) and stats.tokens == len(expected)
+    assert len(src.paths) > stats.units  # some units wrote several parts
+    assert max(src.counts) <= 700
+
+    # A rerun does no work and leaves every file untouched.
+    before = shard_files(out)
+    again = prepare(inputs, out, **kw)
+    assert (again.done, again.skipped, again.tokens) == (0, stats.units, 0)
+    assert shard_files(out) == before
+
+    # An interrupted unit (header missing, data truncated) is redone alone, with identical results.
+    victim = sorted(out.glob("shard-000002-*.bin"))[-1]
+    victim.with_suffix(".json").unlink()
+    first_of_4 = out / "shard-000004-0000.bin"
+    first_of_4.write_bytes(first_of_4.read_bytes()[:-2])
+    redo = prepare(inputs, out, **kw)
+    assert (redo.done, redo.skipped) == (2, stats.units - 2)
+    assert {k: v[0] for k, v in shard_files(out).items()} == {k: v[0] for k, v in before.items()}
+
+
+def test_prepare_sequential_equals_parallel_and_rejects_mixing(tmp_path):
+    pytest.importorskip("pyarrow")
+    inputs, _ = make_corpus(tmp_path / "in", seed=1)
+    a = prepare(inputs, tmp_path / "a", workers=1, shard_tokens=500, unit_bytes=2000, log=None)
+    b = prepare(inputs, tmp_path / "b", workers=2, shard_tokens=500, unit_bytes=2000, log=None)
+    assert a.tokens == b.tokens
+    assert {k: v[0] for k, v in shard_files(tmp_path / "a").items()} == {
+        k: v[0] for k, v in shard_files(tmp_path / "b").items()
+    }
+    hf = str(make_hf_tokenizer(tmp_path))
+    with pytest.raises(ValueError, match=r"holds shard-000000-0000.json made by tokenizer 'bytes-v1', not 'sha256:"):
+        prepare(inputs, tmp_path / "a", tokenizer=hf, shard_tokens=500, unit_bytes=2000, log=None)
+    with pytest.raises(ValueError, match="holds shards beyond this input set"):
+        prepare(inputs[1:], tmp_path / "a", shard_tokens=500, unit_bytes=2000, log=None)
+    # An edited input changes its unit's description: never mixed with the old shards.
+    (tmp_path / "in" / "t0.txt").write_text("edited")
+    with pytest.raises(ValueError, match=r"holds shard-000000-0000.json made from other inputs"):
+        prepare(inputs, tmp_path / "a", shard_tokens=500, unit_bytes=2000, log=None)
+
+
+def test_prepare_input_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "x"}) + "\n")
+    msg = r"bad\.jsonl \(line at byte 17\): no field 'text' \(--text-key\); found \['body'\]"
+    with pytest.raises(ValueError, match=msg):
+        prepare([str(bad)], tmp_path / "o1", log=None)
+    (tmp_path / "good.txt").write_text("a fine document")
+    with pytest.raises(ValueError, match=r"bad\.jsonl \(line at byte 17\): no field 'text'"):
+        prepare([str(tmp_path / "good.txt"), str(bad)], tmp_path / "o1", workers=2, log=None)  # raised in a worker
+    with pytest.raises(ValueError, match=r"--input '.*nothing\*\.txt': the pattern matches no file"):
+        prepare([str(tmp_path / "nothing*.txt")], tmp_path / "o2", log=None)
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"x\.csv: unsupported file type; valid: \.txt, \.jsonl, \.parquet"):
+        prepare([str(tmp_path / "x.csv")], tmp_path / "o3", log=None)
+    (tmp_path / "latin.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(ValueError, match=r"latin\.txt: not valid UTF-8"):
+        prepare([str(tmp_path / "latin.txt")], tmp_path / "o4", log=None)
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(ValueError, match="hf: inputs need the `datasets` package"):
+            prepare(["hf:roneneldan/TinyStories"], tmp_path / "o5", log=None)
+
+
+def test_cli(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prepare_data
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    (tmp_path / "a.txt").write_text("hello world\n")
+    (tmp_path / "b.txt").write_text("second document")
+    rc = prepare_data.main(["--input", str(tmp_path / "*.txt"), "--output", str(tmp_path / "out"), "--workers", "1"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "1 work unit(s)" in printed and "2 documents" in printed and "29 tokens" in printed
+    src = TokenSource(tmp_path / "out", "bytes-v1")
+    assert build_tokenizer("bytes").decode(src[:].tolist()) == "hello world\nsecond document"
+    rc = prepare_data.main(["--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o")])
+    assert rc == 2 and "missing.txt" in capsys.readouterr().err

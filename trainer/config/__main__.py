@@ -1,0 +1,58 @@
+"""`python -m trainer.config --config X [overrides] [--world-size N]`: print the resolved TOML.
+
+Runs every check a launch would (including the mesh for WORLD_SIZE, or --world-size N, a flag of
+this tool only), so a config can be tried on a laptop before it goes to the cluster.
+Exit status: 0 and the TOML on stdout; 2 and `error: <message>` on stderr for a config error.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from trainer.config import ConfigError, config_to_toml, load_config, validate_config
+
+
+def _pop_world_size(argv: list[str]) -> tuple[int | None, list[str]]:
+    rest: list[str] = []
+    world: str | None = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--world-size":
+            if i + 1 >= len(argv):
+                raise ConfigError("command line: --world-size needs a number")
+            world, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--world-size="):
+            world = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    if world is None:
+        return None, rest
+    if not world.isdigit() or int(world) < 1:
+        raise ConfigError(f"command line: --world-size {world!r}: expected an integer >= 1")
+    return int(world), rest
+
+
+def main(argv: list[str]) -> int:
+    try:
+        world_size, argv = _pop_world_size(argv)
+        if "--help" in argv or "-h" in argv:
+            print("python -m trainer.config: print the resolved config; --world-size N checks the "
+                  "mesh for N ranks (default: $WORLD_SIZE or 1).\n")
+        cfg = load_config(argv)
+        if world_size is None:
+            from trainer.parallel.dims import env_world_size
+
+            world_size = env_world_size()
+        validate_config(cfg, world_size)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(config_to_toml(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

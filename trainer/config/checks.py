@@ -1,0 +1,106 @@
+"""Value checks that need no model and no world size: choices, ranges, and pairs of keys.
+
+They run in load_config (so a typo fails before any process group starts) and again in
+validate_config (for configs built in code). Each error names where the value came from.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+from trainer.config.fields import ConfigError, format_value, suggest
+from trainer.config.loader import source_of
+from trainer.config.schema import JobConfig
+
+DTYPES = ("bfloat16", "float32")
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model.attention": ("sdpa", "triton", "thunderkittens"),
+    "training.mixed_precision_param": DTYPES,
+    "training.mixed_precision_reduce": DTYPES,
+    "parallelism.context_parallel_method": ("ring", "allgather"),
+    "parallelism.fsdp_reshard_after_forward": ("default", "always", "never"),
+    "activation_checkpoint.mode": ("none", "full", "selective"),
+    "checkpoint.async_mode": ("disabled", "async"),
+    "optimizer.name": ("AdamW",),
+    "lr_scheduler.decay_type": ("cosine", "linear", "wsd"),
+    "float8.recipe": ("tensorwise", "rowwise"),
+    "float8.backend": ("torch", "triton", "thunderkittens"),
+}
+
+# key -> (predicate, what is valid). Keys are "section.key".
+RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "run.seed": (lambda v: 0 <= v < 2**32, "0 <= seed < 2**32 (numpy's seed range)"),
+    "run.name": (lambda v: v != "" and "/" not in v and "\\" not in v and v not in (".", ".."),
+                 "a non-empty folder name without path separators"),
+    "run.dump_folder": (lambda v: v != "", "a non-empty path"),
+    "training.local_batch_size": (lambda v: v >= 1, ">= 1"),
+    "training.global_batch_size": (lambda v: v == -1 or v >= 1, "-1 (= local_batch_size x dp) or >= 1"),
+    "training.seq_len": (lambda v: v >= 1, ">= 1"),
+    "training.steps": (lambda v: v >= 1, ">= 1"),
+    "training.max_norm": (lambda v: v >= 0, ">= 0 (0 disables clipping)"),
+    "training.gc_freq": (lambda v: v >= 0, ">= 0 (0 = Python's automatic GC)"),
+    "activation_checkpoint.selective_ac_option": (
+        lambda v: v == "op" or (v.isdigit() and int(v) >= 1),
+        "'op' or a positive integer N as a string (checkpoint every N-th block)"),
+    "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),
+    "checkpoint.interval": (lambda v: v >= 1, ">= 1"),
+    "checkpoint.keep_latest_k": (lambda v: v == 0 or v >= 2,
+                                 "0 (keep all) or >= 2 (a save in progress must never be the only one)"),
+    "checkpoint.load_step": (lambda v: v >= -1, "-1 (newest) or a step >= 0"),
+    "metrics.log_freq": (lambda v: v >= 1, ">= 1"),
+    "metrics.peak_tflops": (lambda v: v >= 0, ">= 0 (0 = look the device up)"),
+    "optimizer.lr": (lambda v: v > 0, "> 0"),
+    "optimizer.eps": (lambda v: v > 0, "> 0"),
+    "optimizer.weight_decay": (lambda v: v >= 0, ">= 0"),
+    "optimizer.beta1": (lambda v: 0 <= v < 1, "0 <= beta1 < 1"),
+    "optimizer.beta2": (lambda v: 0 <= v < 1, "0 <= beta2 < 1"),
+    "lr_scheduler.warmup_steps": (lambda v: v >= 0, ">= 0"),
+    "lr_scheduler.decay_ratio": (lambda v: 0 < v <= 1, "0 < decay_ratio <= 1"),
+    "lr_scheduler.min_lr_factor": (lambda v: 0 <= v <= 1, "0 <= min_lr_factor <= 1"),
+    "data.dataset": (lambda v: v != "", "'embedded' or a folder of token shards"),
+    "data.tokenizer": (lambda v: v != "", "'bytes' or a tokenizer.json path"),
+    "comm.init_timeout_seconds": (lambda v: v >= 1, ">= 1"),
+    "comm.train_timeout_seconds": (lambda v: v >= 1, ">= 1"),
+    "comm.trace_buf_size": (lambda v: v >= 0, ">= 0 (0 disables the flight recorder)"),
+}
+
+
+def get_value(cfg: JobConfig, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def fail(cfg: JobConfig, key: str, why: str) -> ConfigError:
+    """A ConfigError for `key`: '<source>: key = value: why'."""
+    return ConfigError(f"{source_of(cfg, key)}: {key} = {format_value(get_value(cfg, key))}: {why}")
+
+
+def check_values(cfg: JobConfig) -> None:
+    """Raise ConfigError on the first invalid value; warn on legal but suspicious ones."""
+    for key, allowed in CHOICES.items():
+        value = get_value(cfg, key)
+        if value not in allowed:
+            hint = suggest(str(value), list(allowed))
+            raise fail(cfg, key, f"must be one of {' | '.join(allowed)}"
+                       + (f" (did you mean {hint!r}?)" if hint else ""))
+    for key, (ok, valid) in RANGES.items():
+        value = get_value(cfg, key)
+        if isinstance(value, float) and value != value:  # NaN passes no range check
+            raise fail(cfg, key, f"must be a number: {valid}")
+        if not ok(value):
+            raise fail(cfg, key, f"must be {valid}")
+    if cfg.parallelism.enable_async_tensor_parallel and not cfg.compile.enable:
+        raise fail(cfg, "parallelism.enable_async_tensor_parallel",
+                   "async TP is done by the compiler; set compile.enable = true as well, "
+                   "or turn async TP off")
+    warmup, steps = cfg.lr_scheduler.warmup_steps, cfg.training.steps
+    if warmup >= steps:
+        warnings.warn(
+            f"lr_scheduler.warmup_steps = {warmup} ({source_of(cfg, 'lr_scheduler.warmup_steps')}) "
+            f">= training.steps = {steps}: the run ends before warm-up does, the lr never reaches "
+            "optimizer.lr",
+            UserWarning,
+            stacklevel=2,
+        )

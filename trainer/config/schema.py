@@ -1,0 +1,205 @@
+"""The typed schema of a titankit run: the only place config keys are defined.
+
+Each field's docstring (the string literal under it) is its help text; `python -m trainer.config
+--help` prints them. Key names follow torchtitan v0.2.2 where the concept is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Run:
+    name: str = "debug"
+    """Run name; the run folder is {dump_folder}/{name}/."""
+    dump_folder: str = "./outputs"
+    """Parent folder of run folders (config.toml, metrics.jsonl, checkpoint/, wandb/, tb/)."""
+    seed: int = 0
+    """Seed for weights, data order and every rank's RNG."""
+    deterministic: bool = False
+    """Deterministic kernels (torch.use_deterministic_algorithms); needed for bitwise resume."""
+
+
+@dataclass
+class Model:
+    name: str = "llama3"
+    """Model family: llama3 or moe."""
+    flavor: str = "debug"
+    """Size preset of the family (llama3: debug, 1B, 8B, 70B, 405B; moe: moe_debug, moe_16b)."""
+    attention: str = "sdpa"
+    """Attention backend: sdpa, triton or thunderkittens."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Fields of the flavor's model args to replace, e.g. {n_layers = 4} (CLI --model.overrides.n_layers=4)."""
+
+
+@dataclass
+class Training:
+    local_batch_size: int = 8
+    """Sequences per micro-batch on each data-parallel rank."""
+    global_batch_size: int = -1
+    """Sequences per optimizer step over all DP ranks; -1 = local_batch_size x dp (no accumulation)."""
+    seq_len: int = 256
+    """Tokens per sequence."""
+    steps: int = 50
+    """Optimizer steps to train."""
+    max_norm: float = 1.0
+    """Gradient clipping by global L2 norm; 0 disables clipping."""
+    mixed_precision_param: str = "bfloat16"
+    """Parameter dtype inside FSDP compute on CUDA (float32 on CPU always): bfloat16 or float32."""
+    mixed_precision_reduce: str = "float32"
+    """Gradient reduce-scatter dtype: float32 or bfloat16."""
+    gc_freq: int = 50
+    """Run Python's garbage collector every this many steps (automatic GC is disabled); 0 = automatic."""
+
+
+@dataclass
+class Parallelism:
+    data_parallel_replicate_degree: int = 1
+    """HSDP replicate degree (1 = plain FSDP)."""
+    data_parallel_shard_degree: int = -1
+    """FSDP shard degree; -1 takes the ranks left by the other degrees."""
+    tensor_parallel_degree: int = 1
+    """Tensor (and sequence) parallel degree."""
+    context_parallel_degree: int = 1
+    """Context parallel degree (sequence split across ranks)."""
+    expert_parallel_degree: int = 1
+    """Expert parallel degree (MoE only), taken from the dp_shard x cp ranks."""
+    enable_async_tensor_parallel: bool = False
+    """Overlap TP communication with matmuls (CUDA, needs compile.enable)."""
+    context_parallel_method: str = "ring"
+    """Context parallel attention: ring (pass K/V around) or allgather (gather K/V, Llama-3 paper)."""
+    fsdp_reshard_after_forward: str = "default"
+    """default (reshard all but the last unit), always, or never."""
+    enable_loss_parallel: bool = True
+    """With TP, compute the loss on the vocab-sharded logits instead of gathering them."""
+
+
+@dataclass
+class ActivationCheckpoint:
+    mode: str = "none"
+    """none, full or selective."""
+    selective_ac_option: str = "op"
+    """With mode=selective: 'op' (save matmul outputs, recompute the rest) or an integer N (every N-th block)."""
+
+
+@dataclass
+class Compile:
+    enable: bool = False
+    """torch.compile each transformer block (and the loss)."""
+
+
+@dataclass
+class Checkpoint:
+    enable: bool = False
+    """Save DCP checkpoints into {run folder}/{folder}/step-N/ and resume from them."""
+    folder: str = "checkpoint"
+    """Checkpoint folder inside the run folder."""
+    interval: int = 500
+    """Save every this many steps (and at the last step)."""
+    keep_latest_k: int = 2
+    """Keep this many complete checkpoints (>= 2); 0 keeps all."""
+    async_mode: str = "disabled"
+    """disabled (blocking save) or async (save in the background on its own gloo group)."""
+    initial_load_path: str = ""
+    """Start a new run from this checkpoint folder (step-N) when the run has none of its own."""
+    initial_load_model_only: bool = True
+    """With initial_load_path, load only model weights (not optimizer, data or step)."""
+    load_step: int = -1
+    """Resume from this step instead of the newest complete one (-1 = newest)."""
+
+
+@dataclass
+class Metrics:
+    log_freq: int = 10
+    """Log metrics every this many steps (and at step 1 and the last step)."""
+    enable_wandb: bool = False
+    """Log to wandb on rank 0 (offline when no API key is configured)."""
+    wandb_project: str = "titankit"
+    """wandb project name."""
+    enable_tensorboard: bool = False
+    """Write TensorBoard events into {run folder}/tb/."""
+    peak_tflops: float = 0.0
+    """Peak bf16 dense TFLOP/s of one device for MFU; 0 = look the device up in the peak table."""
+
+
+@dataclass
+class Optimizer:
+    name: str = "AdamW"
+    """Optimizer: AdamW."""
+    lr: float = 8e-4
+    """Peak learning rate."""
+    eps: float = 1e-8
+    """Adam epsilon."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay (not applied to norms and biases)."""
+    beta1: float = 0.9
+    """Adam beta1."""
+    beta2: float = 0.95
+    """Adam beta2."""
+
+
+@dataclass
+class LRScheduler:
+    warmup_steps: int = 10
+    """Linear warmup steps from lr / (warmup_steps + 1) to lr."""
+    decay_type: str = "cosine"
+    """Decay after warmup: cosine, linear or wsd (constant, then linear decay over decay_ratio)."""
+    decay_ratio: float = 0.2
+    """With wsd: the fraction of steps spent in the final decay."""
+    min_lr_factor: float = 0.1
+    """The lr decays to lr x min_lr_factor."""
+
+
+@dataclass
+class Data:
+    dataset: str = "embedded"
+    """'embedded' (the Python standard library's sources, no download) or a folder of token shards."""
+    tokenizer: str = "bytes"
+    """'bytes' (built-in byte-level tokenizer) or the path of a HF tokenizer.json."""
+    cache_dir: str = "~/.cache/titankit"
+    """Where the embedded corpus is tokenized once and cached."""
+    document_mask: bool = False
+    """Mask attention across documents inside a packed sequence."""
+
+
+@dataclass
+class Float8:
+    enable: bool = False
+    """Train the large Linears in FP8 (e4m3) with dynamic scaling."""
+    recipe: str = "tensorwise"
+    """Scaling recipe: tensorwise or rowwise."""
+    backend: str = "torch"
+    """FP8 GEMM implementation: torch (torch._scaled_mm, emulated on CPU), triton or thunderkittens."""
+    filter_fqns: list[str] = field(default_factory=lambda: ["output"])
+    """Linears whose names contain any of these stay in bf16."""
+    grad_weight_high_precision: bool = False
+    """Compute grad_weight in bf16 instead of FP8."""
+
+
+@dataclass
+class Comm:
+    init_timeout_seconds: int = 600
+    """Collective timeout during start-up and the first step."""
+    train_timeout_seconds: int = 120
+    """Collective timeout after the first step."""
+    trace_buf_size: int = 20000
+    """NCCL flight-recorder entries kept per rank (dumped on timeout); 0 disables."""
+
+
+@dataclass
+class JobConfig:
+    run: Run = field(default_factory=Run)
+    model: Model = field(default_factory=Model)
+    training: Training = field(default_factory=Training)
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    activation_checkpoint: ActivationCheckpoint = field(default_factory=ActivationCheckpoint)
+    compile: Compile = field(default_factory=Compile)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    metrics: Metrics = field(default_factory=Metrics)
+    optimizer: Optimizer = field(default_factory=Optimizer)
+    lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
+    data: Data = field(default_factory=Data)
+    float8: Float8 = field(default_factory=Float8)
+    comm: Comm = field(default_factory=Comm)

@@ -1,0 +1,132 @@
+"""Checks that need the world size or the model: the mesh, the batch rule, model name/flavor/overrides.
+
+validate_config(cfg, world_size) is what the trainer (and `python -m trainer.config`) calls before
+any process group starts; it returns the ParallelDims so the same degrees are used afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any
+
+from trainer.config.checks import check_values
+from trainer.config.fields import ConfigError, format_value, suggest
+from trainer.config.loader import source_of
+from trainer.config.schema import JobConfig
+
+if typing.TYPE_CHECKING:
+    from trainer.parallel.dims import ParallelDims
+
+
+def _family(cfg: JobConfig) -> Any:
+    from trainer.models import FAMILIES  # lazily: loading a config must not import torch
+
+    name = cfg.model.name
+    if name not in FAMILIES:
+        hint = suggest(name, list(FAMILIES))
+        raise ConfigError(
+            f"{source_of(cfg, 'model.name')}: model.name = {format_value(name)}: unknown model "
+            f"family{f' (did you mean {hint!r}?)' if hint else ''}; valid: {', '.join(FAMILIES)}"
+        )
+    return FAMILIES[name]
+
+
+def _check_override_type(key: str, value: Any, hint: Any, source: str) -> Any:
+    """Check an override against the args field's annotation; int -> float where a float is due."""
+    allowed = [hint]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        allowed = [a for a in typing.get_args(hint) if a is not type(None)]
+        # TOML has no null: the string "none" resets an optional field (n_kv_heads = "none").
+        if isinstance(value, str) and value.lower() == "none" and len(allowed) < len(typing.get_args(hint)):
+            return None
+    for tp in allowed:
+        if tp is bool and isinstance(value, bool):
+            return value
+        if tp is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if tp is str and isinstance(value, str):
+            return value
+        if tp not in (bool, int, float, str):
+            return value  # a structured field (tuple, list, ...): the args class checks it
+    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
+    raise ConfigError(f"{source}: model.overrides.{key} = {format_value(value)}: expected {names}")
+
+
+def resolve_model_args(cfg: JobConfig) -> Any:
+    """The model args of cfg.model.flavor with cfg.model.overrides applied (dataclasses.replace)."""
+    family = _family(cfg)
+    flavor = cfg.model.flavor
+    if flavor not in family.flavors:
+        hint = suggest(flavor, list(family.flavors))
+        raise ConfigError(
+            f"{source_of(cfg, 'model.flavor')}: model.flavor = {format_value(flavor)}: not a flavor "
+            f"of {cfg.model.name}{f' (did you mean {hint!r}?)' if hint else ''}; "
+            f"valid: {', '.join(family.flavors)}"
+        )
+    args = family.flavors[flavor]
+    fields = {f.name: f for f in dataclasses.fields(family.args_cls) if f.init}
+    try:
+        hints = typing.get_type_hints(family.args_cls)
+    except Exception:  # an annotation we cannot evaluate: let the args class check that field
+        hints = {}
+    changes = {}
+    for key, value in cfg.model.overrides.items():
+        source = source_of(cfg, f"model.overrides.{key}")
+        if key not in fields:
+            hint = suggest(key, list(fields))
+            raise ConfigError(
+                f"{source}: model.overrides.{key}: {family.args_cls.__name__} has no field {key!r}"
+                f"{f'; did you mean model.overrides.{hint}?' if hint else ''} "
+                f"Valid fields: {', '.join(fields)}"
+            )
+        changes[key] = _check_override_type(key, value, hints.get(key, object), source)
+    try:
+        return dataclasses.replace(args, **changes)
+    except (ValueError, TypeError) as e:
+        where = source_of(cfg, "model.overrides")
+        raise ConfigError(f"{where}: model.overrides = {format_value(changes)}: {e}") from e
+
+
+def _batch_rule(cfg: JobConfig, dp: int) -> None:
+    """global_batch_size must be a whole number of micro-batches over all DP ranks."""
+    local, glob = cfg.training.local_batch_size, cfg.training.global_batch_size
+    per_step = local * dp
+    if glob == -1 or glob % per_step == 0:
+        return
+    multiples = ", ".join(str(per_step * k) for k in range(1, 4))
+    msg = (
+        f"{source_of(cfg, 'training.global_batch_size')}: training.global_batch_size = {glob} must be "
+        f"a multiple of training.local_batch_size x dp = {local} x {dp} = {per_step} (the quotient is "
+        f"the gradient accumulation count). Valid: -1 (no accumulation), {multiples}, ..."
+    )
+    if glob % dp == 0:
+        per_rank = glob // dp
+        divisors = [str(d) for d in range(1, per_rank + 1) if per_rank % d == 0]
+        msg += f"; or keep {glob} with local_batch_size in {', '.join(divisors)}"
+    else:
+        msg += f"; it must at least be divisible by dp = {dp}"
+    raise ConfigError(msg)
+
+
+def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
+    """All checks for a run on `world_size` ranks; returns the run's ParallelDims."""
+    from trainer.parallel.dims import ParallelDims
+
+    check_values(cfg)
+    try:
+        dims = ParallelDims.from_config(cfg.parallelism, world_size)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    _batch_rule(cfg, dims.dp)
+    args = resolve_model_args(cfg)
+    n_heads = args.n_heads
+    n_kv_heads = getattr(args, "n_kv_heads", None) or n_heads  # None means no GQA
+    try:
+        dims.validate_for_model(n_heads, n_kv_heads, cfg.training.seq_len)
+    except ValueError as e:
+        raise ConfigError(f"{e} (model {cfg.model.name} flavor {cfg.model.flavor})") from e
+    return dims

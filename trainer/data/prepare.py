@@ -1,0 +1,413 @@
+"""Tokenize text corpora into token shards, in parallel and resumably (scripts/prepare_data.py).
+
+Inputs (.txt = one document per file, .jsonl = one document per line in field `text_key`,
+.parquet = column `text_key`, `hf:NAME[:split]` = a HF `datasets` dataset) are planned into
+deterministic work units of about `unit_bytes` of text: groups of .txt files, byte ranges of a
+.jsonl (a line belongs to the range holding its first byte), row-group ranges of a .parquet, row
+ranges of a dataset. Unit u writes shards `shard-{u:06d}-{part:04d}.bin` (each at most
+`shard_tokens` tokens; every document followed by EOS), all data first, then the headers, each
+recording the unit's description and the part count. A rerun plans the same units and skips
+those whose shards are all complete, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import multiprocessing as mp
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from .shards import make_header, read_header, write_shard_data, write_shard_header
+from .tokenizer import build_tokenizer
+
+SUFFIXES = (".txt", ".jsonl", ".parquet")
+DEFAULT_UNIT_BYTES = 64 * 2**20
+DEFAULT_SHARD_TOKENS = 2**26
+_ENCODE_BATCH_BYTES = 4 * 2**20
+
+
+@dataclass
+class Unit:
+    """One work unit: `desc` is JSON-able and identifies the unit's inputs exactly."""
+
+    index: int
+    desc: dict
+
+
+@dataclass
+class PrepareStats:
+    units: int = 0
+    skipped: int = 0
+    done: int = 0
+    documents: int = 0
+    null_documents: int = 0
+    tokens: int = 0
+    text_chars: int = 0
+    seconds: float = 0.0
+    shards: list[str] = field(default_factory=list)
+
+    def summary(self, output: Path) -> str:
+        rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        lines = [
+            f"prepare_data: {self.units} work unit(s) -> {output}",
+            f"  skipped (already complete): {self.skipped}   tokenized now: {self.done}",
+            f"  this run: {self.documents} documents, {self.text_chars / 1e6:.1f} M characters, "
+            f"{self.tokens} tokens in {self.seconds:.1f}s ({rate / 1e6:.2f} M tokens/s)",
+        ]
+        if self.null_documents:
+            lines.append(f"  skipped {self.null_documents} null document(s) (missing text value)")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- planning
+
+
+def _has_magic(s: str) -> bool:
+    return any(c in s for c in "*?[")
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """Each input: `hf:NAME[:split]`, a file, a folder (its .txt/.jsonl/.parquet files) or a glob."""
+    out: list[str] = []
+    for spec in inputs:
+        if spec.startswith("hf:"):
+            out.append(spec)
+            continue
+        path = Path(spec).expanduser()
+        if _has_magic(spec):
+            matches = sorted(p for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+            if not matches:
+                raise ValueError(f"--input {spec!r}: the pattern matches no file")
+            out.extend(matches)
+        elif path.is_dir():
+            matches = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+            if not matches:
+                raise ValueError(f"--input {spec!r}: the folder holds no {'/'.join(SUFFIXES)} file")
+            out.extend(matches)
+        elif path.is_file():
+            out.append(str(path))
+        else:
+            raise ValueError(f"--input {spec!r}: no such file, folder or glob match")
+    for p in out:
+        if not p.startswith("hf:") and Path(p).suffix not in SUFFIXES:
+            raise ValueError(f"input {p}: unsupported file type; valid: {', '.join(SUFFIXES)} or hf:NAME[:split]")
+    # Absolute paths: a rerun from another working directory plans identical units.
+    out = [p if p.startswith("hf:") else os.path.abspath(p) for p in out]
+    return list(dict.fromkeys(out))  # drop duplicates, keep order
+
+
+def _import_pyarrow_parquet(what: str):
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError(f"{what}: reading .parquet needs pyarrow (pip install pyarrow)") from None
+    return pq
+
+
+def _load_hf(name: str, split: str, what: str):
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(f"{what}: hf: inputs need the `datasets` package (pip install datasets)") from None
+    return datasets.load_dataset(name, split=split)
+
+
+def _parse_hf(spec: str) -> tuple[str, str]:
+    body = spec[len("hf:") :]
+    name, _, split = body.partition(":")
+    if not name:
+        raise ValueError(f"--input {spec!r}: expected hf:NAME[:split], e.g. hf:roneneldan/TinyStories:train")
+    return name, split or "train"
+
+
+def plan_units(files: Sequence[str], unit_bytes: int, text_key: str) -> list[Unit]:
+    """Deterministic work units for the expanded inputs (same inputs -> same units)."""
+    descs: list[dict] = []
+    txt_group: list[list] = []
+    txt_bytes = 0
+
+    def close_txt() -> None:
+        nonlocal txt_group, txt_bytes
+        if txt_group:
+            descs.append({"kind": "txt", "files": txt_group})
+        txt_group, txt_bytes = [], 0
+
+    for f in files:
+        if f.startswith("hf:"):
+            close_txt()
+            name, split = _parse_hf(f)
+            ds = _load_hf(name, split, f"--input {f}")
+            if text_key not in ds.column_names:
+                raise ValueError(f"--input {f}: no column {text_key!r} (--text-key); columns: {ds.column_names}")
+            n = len(ds)
+            per_row = max(1.0, ds.data.nbytes / max(1, n))
+            rows = max(1, int(unit_bytes / per_row))
+            for a in range(0, n, rows):
+                descs.append({"kind": "hf", "name": name, "split": split, "num_rows": n, "rows": [a, min(n, a + rows)]})
+            continue
+        size = os.path.getsize(f)
+        suffix = Path(f).suffix
+        if suffix == ".txt":
+            if txt_group and txt_bytes + size > unit_bytes:
+                close_txt()
+            txt_group.append([f, size])
+            txt_bytes += size
+            continue
+        close_txt()
+        if suffix == ".jsonl":
+            for a in range(0, max(size, 1), unit_bytes):
+                descs.append({"kind": "jsonl", "file": f, "size": size, "bytes": [a, min(size, a + unit_bytes)]})
+        else:
+            pq = _import_pyarrow_parquet(f"input {f}")
+            meta = pq.ParquetFile(f).metadata
+            start, acc = 0, 0
+            for g in range(meta.num_row_groups):
+                acc += meta.row_group(g).total_byte_size
+                if acc >= unit_bytes or g == meta.num_row_groups - 1:
+                    descs.append({"kind": "parquet", "file": f, "size": size, "row_groups": [start, g + 1]})
+                    start, acc = g + 1, 0
+            if meta.num_row_groups == 0:
+                descs.append({"kind": "parquet", "file": f, "size": size, "row_groups": [0, 0]})
+    close_txt()
+    return [Unit(i, d) for i, d in enumerate(descs)]
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _decode(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: not valid UTF-8 ({e})") from None
+
+
+def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
+    """The documents of one unit in order; None for a record whose text is null."""
+    kind = desc["kind"]
+    if kind == "txt":
+        for path, _ in desc["files"]:
+            yield _decode(Path(path).read_bytes(), f"input {path}")
+    elif kind == "jsonl":
+        path, (start, end) = desc["file"], desc["bytes"]
+        with open(path, "rb") as f:
+            if start > 0:
+                f.seek(start - 1)
+                f.readline()  # the line holding byte start-1 belongs to the previous range
+            pos = f.tell()
+            while pos < end:
+                line = f.readline()
+                if not line:
+                    break
+                where = f"input {path} (line at byte {pos})"
+                pos += len(line)
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{where}: not valid JSON ({e})") from None
+                if not isinstance(record, dict) or text_key not in record:
+                    keys = list(record) if isinstance(record, dict) else type(record).__name__
+                    raise ValueError(f"{where}: no field {text_key!r} (--text-key); found {keys}")
+                text = record[text_key]
+                if text is not None and not isinstance(text, str):
+                    raise ValueError(f"{where}: field {text_key!r} is {type(text).__name__}, expected a string")
+                yield text
+    elif kind == "parquet":
+        pq = _import_pyarrow_parquet(f"input {desc['file']}")
+        pf = pq.ParquetFile(desc["file"])
+        if text_key not in pf.schema_arrow.names:
+            raise ValueError(
+                f"input {desc['file']}: no column {text_key!r} (--text-key); columns: {pf.schema_arrow.names}"
+            )
+        for g in range(*desc["row_groups"]):
+            yield from pf.read_row_group(g, columns=[text_key]).column(0).to_pylist()
+    elif kind == "hf":
+        ds = _load_hf(desc["name"], desc["split"], f"hf:{desc['name']}:{desc['split']}")
+        if len(ds) != desc["num_rows"]:
+            raise ValueError(
+                f"hf:{desc['name']}:{desc['split']} now has {len(ds)} rows, planned with {desc['num_rows']}"
+            )
+        a, b = desc["rows"]
+        for lo in range(a, b, 1024):
+            yield from ds[lo : min(b, lo + 1024)][text_key]
+    else:
+        raise AssertionError(f"unknown unit kind {kind}")
+
+
+# ----------------------------------------------------------------------------- one unit
+
+
+def shard_name(unit_index: int, part: int) -> str:
+    return f"shard-{unit_index:06d}-{part:04d}.bin"
+
+
+def unit_status(output: Path, unit: Unit, fingerprint: str) -> str:
+    """'complete', 'partial' (some files of the unit exist) or 'absent'.
+
+    Raises ValueError when the folder holds this unit index from other inputs or another tokenizer.
+    """
+    prefix = f"shard-{unit.index:06d}-"
+    bins = sorted(output.glob(prefix + "*.bin"))
+    headers = sorted(output.glob(prefix + "*.json"))
+    if not bins and not headers:
+        return "absent"
+    parts: set[int] = set()
+    n_parts = None
+    for h in headers:
+        bin_path = h.with_suffix(".bin")
+        try:
+            header = read_header(bin_path)
+        except ValueError:
+            return "partial"  # truncated or missing data: redo the unit
+        if header["tokenizer_fingerprint"] != fingerprint:
+            raise ValueError(
+                f"output folder {output} holds {h.name} made by tokenizer {header['tokenizer_fingerprint']!r}, "
+                f"not {fingerprint!r} (--tokenizer): use a new --output folder for another tokenizer"
+            )
+        source = header.get("source") or {}
+        if source.get("unit") != unit.desc:
+            raise ValueError(
+                f"output folder {output} holds {h.name} made from other inputs ({source.get('unit')}), "
+                f"not {unit.desc}: use a new --output folder for a different input set"
+            )
+        parts.add(int(source["part"]))
+        n_parts = int(source["parts"])
+    if n_parts is not None and parts == set(range(n_parts)) and len(bins) == n_parts:
+        return "complete"
+    return "partial"
+
+
+_WORKER_TOKENIZER: Any = None
+
+
+def _init_worker(tokenizer_spec: str) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = build_tokenizer(tokenizer_spec)
+
+
+def process_unit(job: tuple[str, Unit, str, int]) -> dict:
+    """Tokenize one unit into its shards (runs in a pool worker). Returns its counts."""
+    output_s, unit, text_key, shard_tokens = job
+    output, tok = Path(output_s), _WORKER_TOKENIZER
+    for stale in list(output.glob(f"shard-{unit.index:06d}-*")):
+        stale.unlink()  # a partial earlier attempt: its parts are rewritten from the start
+    counts: list[int] = []
+    pending: list[np.ndarray] = []
+    n_pending = docs = nulls = text_chars = 0
+
+    def write_parts(final: bool) -> None:
+        nonlocal pending, n_pending
+        buf = np.concatenate(pending) if pending else np.empty(0, np.uint32)
+        while len(buf) >= shard_tokens or (final and (len(buf) or not counts)):
+            piece, buf = buf[:shard_tokens], buf[shard_tokens:]
+            counts.append(write_shard_data(output / shard_name(unit.index, len(counts)), piece, tok.vocab_size))
+        pending, n_pending = [buf], len(buf)
+
+    batch: list[str] = []
+    batch_bytes = 0
+    for text in iter_documents(unit.desc, text_key):
+        if text is None:
+            nulls += 1
+            continue
+        batch.append(text)
+        batch_bytes += len(text)
+        docs += 1
+        if batch_bytes >= _ENCODE_BATCH_BYTES:
+            pending.append(tok.encode_documents(batch))
+            n_pending += len(pending[-1])
+            text_chars += batch_bytes
+            batch, batch_bytes = [], 0
+            if n_pending >= shard_tokens:
+                write_parts(final=False)
+    if batch:
+        pending.append(tok.encode_documents(batch))
+        text_chars += batch_bytes
+    write_parts(final=True)
+    # Headers last, in part order: the unit counts as complete only once every part has one.
+    for k, count in enumerate(counts):
+        source = {"unit": unit.desc, "part": k, "parts": len(counts)}
+        write_shard_header(output / shard_name(unit.index, k), make_header(tok, count, source))
+    return {"documents": docs, "null_documents": nulls, "tokens": sum(counts), "text_chars": text_chars}
+
+
+# ----------------------------------------------------------------------------- driver
+
+
+def prepare(
+    inputs: Sequence[str],
+    output: str | Path,
+    tokenizer: str = "bytes",
+    workers: int = 1,
+    text_key: str = "text",
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    unit_bytes: int = DEFAULT_UNIT_BYTES,
+    log: Callable[[str], None] | None = print,
+) -> PrepareStats:
+    """Tokenize `inputs` into shards under `output`; skips units already complete. Returns counts."""
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    if shard_tokens < 1:
+        raise ValueError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+    t0 = time.perf_counter()
+    tok = build_tokenizer(tokenizer)
+    output = Path(output).expanduser()
+    output.mkdir(parents=True, exist_ok=True)
+    units = plan_units(expand_inputs(inputs), unit_bytes, text_key)
+    planned = {shard_name(u.index, 0)[: len("shard-000000")] for u in units}
+    foreign = sorted(p.name for p in output.glob("shard-*.json") if p.name[: len("shard-000000")] not in planned)
+    if foreign:
+        raise ValueError(
+            f"output folder {output} holds shards beyond this input set ({foreign[:3]}...): "
+            f"use a new --output folder for a different input set"
+        )
+    for tmp in output.glob(".shard-*.tmp-*"):
+        tmp.unlink()  # temp files of an interrupted writer
+    stats = PrepareStats(units=len(units))
+    todo = []
+    for u in units:
+        if unit_status(output, u, tok.fingerprint) == "complete":
+            stats.skipped += 1
+        else:
+            todo.append((str(output), u, text_key, shard_tokens))
+
+    def account(result: dict) -> None:
+        stats.done += 1
+        for key in ("documents", "null_documents", "tokens", "text_chars"):
+            setattr(stats, key, getattr(stats, key) + result[key])
+        if log is not None:
+            log(f"  [{stats.done}/{len(todo)}] {result['documents']} docs -> {result['tokens']} tokens")
+
+    if todo and (workers == 1 or len(todo) == 1):
+        _init_worker(tokenizer)
+        for job in todo:
+            account(process_unit(job))
+    elif todo:
+        # spawn: workers import only numpy/tokenizers (no torch, no inherited thread pools). A
+        # process pool executor (unlike multiprocessing.Pool) fails instead of hanging when a
+        # worker dies; an error inside a unit is re-raised here with its message.
+        with ProcessPoolExecutor(
+            min(workers, len(todo)), mp_context=mp.get_context("spawn"),
+            initializer=_init_worker, initargs=(tokenizer,),
+        ) as pool:
+            futures = [pool.submit(process_unit, job) for job in todo]
+            try:
+                for fut in as_completed(futures):
+                    account(fut.result())
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+    stats.seconds = time.perf_counter() - t0
+    stats.shards = sorted(p.with_suffix(".bin").name for p in output.glob("shard-*.json"))
+    if log is not None:
+        log(stats.summary(output))
+    return stats

@@ -1,0 +1,258 @@
+"""Token shards: a flat `.bin` of token ids plus a small `.json` header, and a reader over a folder.
+
+A shard `NAME.bin` holds `count` tokens as little-endian uint16 (vocab <= 65536) or uint32. Its
+header `NAME.json` holds {"version", "dtype", "count", "eos_id", "tokenizer_fingerprint",
+"vocab_size"} and optional provenance ("source"). Both files are written to a temporary name and
+renamed, the header last: a shard exists only once its header does, so an interrupted writer never
+leaves a half-written shard that a reader would count.
+
+`TokenSource` presents the shards of a folder (sorted by name) as one concatenated token array.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SHARD_VERSION = 1
+MAX_OPEN_SHARDS = 64
+_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+_REQUIRED = ("version", "dtype", "count", "eos_id", "tokenizer_fingerprint", "vocab_size")
+
+
+def shard_dtype(vocab_size: int) -> np.dtype:
+    """uint16 while every id fits (vocab_size <= 65536), else uint32."""
+    return _DTYPES["uint16"] if vocab_size <= 65536 else _DTYPES["uint32"]
+
+
+def header_path(bin_path: str | Path) -> Path:
+    return Path(bin_path).with_suffix(".json")
+
+
+def _atomic_write_bytes(path: Path, writer) -> None:
+    """Write through `writer(file)` to a temp name in the same folder, fsync, then rename."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            writer(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def make_header(tokenizer, count: int, source: Any = None) -> dict:
+    """The header of a shard of `count` tokens made by `tokenizer`."""
+    header = {
+        "version": SHARD_VERSION,
+        "dtype": shard_dtype(tokenizer.vocab_size).name,
+        "count": int(count),
+        "eos_id": int(tokenizer.eos_id),
+        "tokenizer_fingerprint": tokenizer.fingerprint,
+        "vocab_size": int(tokenizer.vocab_size),
+    }
+    if source is not None:
+        header["source"] = source
+    return header
+
+
+def write_shard_data(bin_path: str | Path, tokens: np.ndarray, vocab_size: int) -> int:
+    """Write the `.bin` only (atomically). Returns the token count. Call `write_shard_header` after."""
+    bin_path = Path(bin_path)
+    dtype = shard_dtype(vocab_size)
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"shard {bin_path}: tokens must be 1-D, got shape {tokens.shape}")
+    if tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(
+            f"shard {bin_path}: token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}]"
+        )
+    data = tokens.astype(dtype, copy=False)
+    _atomic_write_bytes(bin_path, lambda f: f.write(memoryview(np.ascontiguousarray(data)).cast("B")))
+    return int(data.size)
+
+
+def write_shard_header(bin_path: str | Path, header: dict) -> None:
+    """Write the `.json` header (atomically); from this moment the shard counts."""
+    text = json.dumps(header, indent=1, sort_keys=True).encode("ascii")
+    _atomic_write_bytes(header_path(bin_path), lambda f: f.write(text))
+
+
+def write_shard(bin_path: str | Path, tokens: np.ndarray, tokenizer, source: Any = None) -> dict:
+    """Write one complete shard (data, then header). Returns its header."""
+    count = write_shard_data(bin_path, tokens, tokenizer.vocab_size)
+    header = make_header(tokenizer, count, source)
+    write_shard_header(bin_path, header)
+    return header
+
+
+def read_header(bin_path: str | Path, expected_fingerprint: str | None = None) -> dict:
+    """Read and validate the header of `bin_path` against the `.bin` on disk.
+
+    Raises ValueError naming the file when the header is missing or malformed, when the `.bin` size
+    does not match `count` (truncated or overlong), or when the tokenizer fingerprint differs.
+    """
+    bin_path = Path(bin_path)
+    hpath = header_path(bin_path)
+    try:
+        header = json.loads(hpath.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"shard {bin_path} has no header {hpath.name} (an interrupted write?)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"shard header {hpath} is not valid JSON: {e}") from e
+    missing = [k for k in _REQUIRED if k not in header] if isinstance(header, dict) else list(_REQUIRED)
+    if missing:
+        raise ValueError(f"shard header {hpath} lacks {missing}; expected keys {list(_REQUIRED)}")
+    if header["version"] != SHARD_VERSION:
+        raise ValueError(f"shard header {hpath}: version {header['version']!r}, this reader knows {SHARD_VERSION}")
+    if header["dtype"] not in _DTYPES:
+        raise ValueError(f"shard header {hpath}: dtype {header['dtype']!r}, valid: {sorted(_DTYPES)}")
+    count = header["count"]
+    if not isinstance(count, int) or count < 0:
+        raise ValueError(f"shard header {hpath}: count {count!r} must be a non-negative integer")
+    itemsize = _DTYPES[header["dtype"]].itemsize
+    try:
+        size = bin_path.stat().st_size
+    except FileNotFoundError:
+        raise ValueError(f"shard {bin_path} is missing (its header {hpath.name} exists)") from None
+    if size != count * itemsize:
+        raise ValueError(
+            f"shard {bin_path} is {size} bytes but its header says {count} {header['dtype']} tokens "
+            f"({count * itemsize} bytes): the file is truncated or corrupt; regenerate it"
+        )
+    if expected_fingerprint is not None and header["tokenizer_fingerprint"] != expected_fingerprint:
+        raise ValueError(
+            f"shard {bin_path} was made by tokenizer {header['tokenizer_fingerprint']!r} but this run's "
+            f"tokenizer is {expected_fingerprint!r}: re-run scripts/prepare_data.py with the run's "
+            f"data.tokenizer, or set data.tokenizer to the one that made the shards"
+        )
+    return header
+
+
+def open_shard(bin_path: str | Path, expected_fingerprint: str | None = None) -> tuple[np.ndarray, dict]:
+    """Validated read-only memmap of a shard -> (tokens (count,), header)."""
+    header = read_header(bin_path, expected_fingerprint)
+    dtype = _DTYPES[header["dtype"]]
+    if header["count"] == 0:
+        return np.empty(0, dtype=dtype), header  # mmap cannot map an empty file
+    return np.memmap(bin_path, dtype=dtype, mode="r", shape=(header["count"],)), header
+
+
+class TokenSource:
+    """The shards of a folder as one concatenated token array (read-only, memory-mapped).
+
+    Global offset t lies in shard k where offsets[k] <= t < offsets[k + 1]. `len(src)` is the total
+    token count; `src[a:b]` and `src.gather(starts, length)` read across shard boundaries.
+    """
+
+    def __init__(self, folder: str | Path, expected_fingerprint: str | None = None, name: str | None = None):
+        self.folder = Path(folder).expanduser()
+        self.name = name or str(self.folder)
+        if not self.folder.is_dir():
+            raise ValueError(
+                f"dataset folder {self.folder} does not exist (data.dataset: 'embedded' or a folder of token shards)"
+            )
+        bins = sorted(p for p in self.folder.glob("*.bin") if not p.name.startswith("."))
+        complete = [p for p in bins if header_path(p).exists()]
+        if len(complete) < len(bins):
+            warnings.warn(
+                f"dataset folder {self.folder}: ignoring {len(bins) - len(complete)} .bin file(s) without a "
+                f".json header (an interrupted scripts/prepare_data.py? re-run it to finish them)",
+                stacklevel=2,
+            )
+        if not complete:
+            raise ValueError(
+                f"dataset folder {self.folder} holds no token shards (NAME.bin + NAME.json); make them with "
+                f"scripts/prepare_data.py --output {self.folder}"
+            )
+        self.paths: list[Path] = []
+        self.counts: list[int] = []
+        first: dict | None = None
+        first_path = complete[0]
+        for p in complete:
+            header = read_header(p, expected_fingerprint)
+            if first is None:
+                first = header
+            elif header["tokenizer_fingerprint"] != first["tokenizer_fingerprint"]:
+                raise ValueError(
+                    f"dataset folder {self.folder} mixes tokenizers: {first_path.name} has "
+                    f"{first['tokenizer_fingerprint']!r}, {p.name} has {header['tokenizer_fingerprint']!r}"
+                )
+            if header["count"]:
+                self.paths.append(p)
+                self.counts.append(header["count"])
+        assert first is not None
+        self.eos_id: int = first["eos_id"]
+        self.vocab_size: int = first["vocab_size"]
+        self.fingerprint: str = first["tokenizer_fingerprint"]
+        self.dtype = _DTYPES[first["dtype"]]
+        # offsets: (n_shards + 1,) int64, offsets[k] = global index of shard k's first token.
+        self.offsets = np.zeros(len(self.counts) + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=self.offsets[1:])
+        # Open memmaps, least recently used first. Each mmap holds a file descriptor, so a corpus
+        # of thousands of shards keeps only the recently read ones open.
+        self._open: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def shard(self, k: int) -> np.ndarray:
+        """Memmap of shard k, (counts[k],) of self.dtype."""
+        arr = self._open.pop(k, None)
+        if arr is None:
+            arr = np.memmap(self.paths[k], dtype=self.dtype, mode="r", shape=(self.counts[k],))
+            if len(self._open) >= MAX_OPEN_SHARDS:
+                self._open.popitem(last=False)
+        self._open[k] = arr
+        return arr
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("TokenSource supports contiguous slices only, e.g. src[a:b]")
+        start, stop, _ = key.indices(len(self))
+        return self.gather(np.array([start], dtype=np.int64), max(0, stop - start))[0]
+
+    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
+        """Windows [s, s + length) for each s in `starts` -> (len(starts), length) array of self.dtype.
+
+        Windows inside one shard (the common case) are read with one fancy index per shard; the few
+        that straddle a boundary are assembled piecewise.
+        """
+        starts = np.asarray(starts, dtype=np.int64)
+        out = np.empty((len(starts), length), dtype=self.dtype)
+        if len(starts) == 0 or length == 0:
+            return out
+        if starts.min() < 0 or starts.max() + length > len(self):
+            raise IndexError(f"window out of range for {self.name}: {len(self)} tokens, length {length}")
+        first = np.searchsorted(self.offsets, starts, side="right") - 1
+        last = np.searchsorted(self.offsets, starts + length - 1, side="right") - 1
+        cols = np.arange(length, dtype=np.int64)
+        inside = first == last
+        for k in np.unique(first[inside]):
+            rows = np.nonzero(inside & (first == k))[0]
+            local = starts[rows] - self.offsets[k]
+            out[rows] = self.shard(int(k))[local[:, None] + cols[None, :]]
+        for r in np.nonzero(~inside)[0]:
+            pos, end, filled = int(starts[r]), int(starts[r]) + length, 0
+            for k in range(int(first[r]), int(last[r]) + 1):
+                lo = pos - int(self.offsets[k])
+                hi = min(end, int(self.offsets[k + 1])) - int(self.offsets[k])
+                out[r, filled : filled + hi - lo] = self.shard(k)[lo:hi]
+                filled += hi - lo
+                pos = int(self.offsets[k]) + hi
+        return out
+
+    def __repr__(self) -> str:
+        return f"TokenSource({self.name!r}, shards={len(self.paths)}, tokens={len(self)})"

@@ -1,0 +1,319 @@
+"""Training metrics: peak FLOP/s per device, tokens/s/GPU, TFLOP/s, MFU, memory; and the logger.
+
+Conventions (torchtitan-compatible on purpose, DESIGN.md section 4):
+  tokens/s/GPU = local tokens / (elapsed x cp x tp)   (a rank's tokens counted once per cp x tp group)
+  TFLOP/s      = flops_per_token x tokens/s/GPU / 1e12
+  MFU (%)      = 100 x flops_per_token x tokens/s/GPU / peak
+FLOPs/token comes from the model args (6 x non-embedding params + 12 x layers x dim x seq_len).
+
+Typical use in the trainer:
+    meter = StepMeter(flops_per_token, resolve_peak_flops(cfg.metrics, device), cp=cp, tp=tp, device=device)
+    logger = MetricsLogger(cfg, run_dir, rank)
+    ... each step: meter.add_step(local_tokens, data_seconds)
+    ... at log steps: logger.log(step, {**meter.collect(), "loss_metrics/global_avg_loss": loss, ...})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from trainer.log import logger
+from trainer.metric_sinks import (
+    JsonlSink,
+    TensorBoardSink,
+    WandbSink,
+    require_tensorboard,
+    wandb_init_timeout_from_env,
+)
+
+# Every log step writes all of these (JSONL and wandb alike), plus "step".
+METRIC_KEYS = (
+    "loss_metrics/global_avg_loss",
+    "grad_norm",
+    "lr",
+    "throughput(tps)",
+    "tflops",
+    "mfu(%)",
+    "memory/max_active(GiB)",
+    "memory/max_reserved(GiB)",
+    "time_metrics/end_to_end(s)",
+    "time_metrics/data_loading(%)",
+    "n_tokens_seen",
+)
+# Keys whose value may be None: MFU is unknown without a peak.
+NULLABLE_KEYS = frozenset({"mfu(%)"})
+
+GIB = 1024**3
+
+# ---------------------------------------------------------------- peak FLOP/s
+
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets (the sparse figures are twice these).
+# Order matters: the first pattern that matches torch.cuda.get_device_name() wins, so the NVL and
+# PCIe parts (lower clocks and power) come before their SXM siblings, and GB200/GH200 are told
+# apart from B200/H200 by the word boundary.
+_PEAKS: tuple[tuple[str, str, float], ...] = (
+    (r"\bGB200\b", "GB200", 2.5e15),
+    (r"\bB200\b", "B200", 2.25e15),
+    (r"\bGH200\b", "GH200 (H100 SXM class)", 989e12),
+    (r"\bH200\b.*\bNVL\b", "H200 NVL", 835e12),
+    (r"\bH200\b", "H200 SXM", 989e12),
+    (r"\bH100\b.*\bNVL\b", "H100 NVL", 835e12),
+    (r"\bH100\b.*\bPCIE\b", "H100 PCIe", 756e12),
+    # 'NVIDIA H100 80GB HBM3' is the SXM5 part; a bare 'H100' is ambiguous and stays unknown.
+    (r"\bH100\b.*\b(HBM3|SXM\d?)\b", "H100 SXM", 989e12),
+    # Every A100 (SXM4 and PCIe, 40 and 80 GB) has the same 312 TFLOP/s bf16 dense peak.
+    (r"\bA100\b", "A100", 312e12),
+)
+
+
+def peak_flops(device_name: str) -> float | None:
+    """Dense bf16 peak FLOP/s of one device, from its torch.cuda.get_device_name() string.
+
+    Unknown devices (CPU, AMD, a bare 'H100', a MIG slice) get None and exactly one warning: never
+    another GPU's peak, which would print a wrong MFU (torchtitan falls back to the A100 peak and
+    reports >100% on B200). Set metrics.peak_tflops to give the peak yourself.
+    """
+    name = device_name.upper()
+    if "MIG" in name.split():
+        logger.warning(
+            f"MFU: '{device_name}' is a MIG slice with a fraction of the GPU's peak; no MFU is reported. "
+            "Set metrics.peak_tflops (TFLOP/s of the slice) to get one"
+        )
+        return None
+    for pattern, _label, peak in _PEAKS:
+        if re.search(pattern, name):
+            return peak
+    logger.warning(
+        f"MFU: no bf16 peak known for device '{device_name}'; MFU is not reported. "
+        "Set metrics.peak_tflops (dense bf16 TFLOP/s of one device) to report it"
+    )
+    return None
+
+
+def device_name(device: torch.device | str) -> str:
+    """The name the peak table is keyed by: torch.cuda.get_device_name for CUDA, else the type."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+def resolve_peak_flops(metrics_cfg: Any, device: torch.device | str) -> float | None:
+    """Peak FLOP/s for MFU: metrics.peak_tflops when set (> 0), else the table (None if unknown)."""
+    override = float(metrics_cfg.peak_tflops)
+    if not math.isfinite(override) or override < 0:
+        raise ValueError(
+            f"[metrics] peak_tflops = {metrics_cfg.peak_tflops!r}: expected 0 (look the device up) or the "
+            "positive dense bf16 TFLOP/s of one device, e.g. 989 for an H200"
+        )
+    if override > 0:
+        return override * 1e12
+    return peak_flops(device_name(device))
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def throughput(
+    tokens: float, elapsed_s: float, cp: int, tp: int, flops_per_token: float, peak: float | None
+) -> tuple[float, float, float | None]:
+    """(tokens/s/GPU, TFLOP/s per GPU, MFU in % or None) for `tokens` local tokens in `elapsed_s`.
+
+    `tokens` are those this rank processed (its local batch x seq_len per step, all CP shards of it
+    counted once); dividing by cp x tp spreads them over the GPUs of its cp x tp group.
+    """
+    if elapsed_s <= 0:
+        raise ValueError(f"elapsed time must be > 0 s, got {elapsed_s}")
+    if cp < 1 or tp < 1:
+        raise ValueError(f"cp and tp degrees must be >= 1, got cp={cp}, tp={tp}")
+    tps = tokens / (elapsed_s * cp * tp)
+    flops = flops_per_token * tps
+    mfu = None if peak is None else 100.0 * flops / peak
+    return tps, flops / 1e12, mfu
+
+
+class StepMeter:
+    """Accumulates steps between log steps and turns them into throughput, MFU, memory and time.
+
+    Memory is torch.cuda.max_memory_allocated / max_memory_reserved in GiB, reset at every collect()
+    so each log step shows the peak of its own period. On CPU both are reported as 0.0 under the
+    same keys (process RSS is not comparable to a GPU allocator's numbers, so it is not used).
+    """
+
+    def __init__(
+        self,
+        flops_per_token: float,
+        peak: float | None,
+        *,
+        cp: int = 1,
+        tp: int = 1,
+        device: torch.device | str = "cpu",
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if cp < 1 or tp < 1:
+            raise ValueError(f"cp and tp degrees must be >= 1, got cp={cp}, tp={tp}")
+        self.flops_per_token = float(flops_per_token)
+        self.peak = peak
+        self.cp, self.tp = cp, tp
+        self.device = torch.device(device)
+        self._clock = clock
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new period now (call once right before the training loop)."""
+        self._start = self._clock()
+        self._tokens = 0
+        self._steps = 0
+        self._data_s = 0.0
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def add_step(self, tokens: int, data_seconds: float = 0.0) -> None:
+        """Record one optimizer step: `tokens` processed by this rank, `data_seconds` spent loading."""
+        self._tokens += int(tokens)
+        self._steps += 1
+        self._data_s += float(data_seconds)
+
+    def collect(self) -> dict[str, float | None]:
+        """The period's metrics under METRIC_KEYS names; starts the next period.
+
+        Synchronises the CUDA device first, so the wall time covers the queued kernels.
+        """
+        if self._steps == 0:
+            raise ValueError("StepMeter.collect() called before any add_step() in this period")
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = self._clock() - self._start
+        tps, tflops, mfu = throughput(self._tokens, elapsed, self.cp, self.tp, self.flops_per_token, self.peak)
+        if self.device.type == "cuda":
+            active = torch.cuda.max_memory_allocated(self.device) / GIB
+            reserved = torch.cuda.max_memory_reserved(self.device) / GIB
+        else:
+            active = reserved = 0.0
+        out = {
+            "throughput(tps)": tps,
+            "tflops": tflops,
+            "mfu(%)": mfu,
+            "memory/max_active(GiB)": active,
+            "memory/max_reserved(GiB)": reserved,
+            "time_metrics/end_to_end(s)": elapsed / self._steps,
+            "time_metrics/data_loading(%)": 100.0 * self._data_s / elapsed,
+        }
+        self.reset()
+        return out
+
+
+# ---------------------------------------------------------------- logger
+
+
+class MetricsLogger:
+    """Rank 0 writes each log step to the console, run_dir/metrics.jsonl, wandb and TensorBoard.
+
+    Other ranks get a logger whose methods do nothing. No method does a collective, so no rank can
+    wait on another here; the trainer places the barrier after construction.
+
+    `config` is the resolved config as a nested dict for the wandb run (default: the JobConfig as
+    dataclasses.asdict gives it). `wandb_init_timeout` defaults to $WANDB_INIT_TIMEOUT or 90 s.
+    """
+
+    def __init__(
+        self,
+        job_config: Any,
+        run_dir: Path,
+        rank: int,
+        *,
+        config: dict[str, Any] | None = None,
+        wandb_init_timeout: float | None = None,
+    ) -> None:
+        m = job_config.metrics
+        self.run_dir = Path(run_dir)
+        self.rank = rank
+        self._sinks: list[Any] = []
+        self._closed = False
+        if m.enable_tensorboard:
+            require_tensorboard()  # on every rank, so all ranks fail together with the same message
+        if rank != 0:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._sinks.append(JsonlSink(self.run_dir / "metrics.jsonl"))
+        if m.enable_tensorboard:
+            self._sinks.append(TensorBoardSink(self.run_dir / "tb"))
+        if m.enable_wandb:
+            timeout = wandb_init_timeout_from_env() if wandb_init_timeout is None else float(wandb_init_timeout)
+            if not timeout > 0:
+                raise ValueError(f"MetricsLogger: wandb_init_timeout must be > 0 seconds, got {wandb_init_timeout!r}")
+            sink = WandbSink(
+                project=m.wandb_project,
+                name=job_config.run.name,
+                run_dir=self.run_dir,
+                config=dataclasses.asdict(job_config) if config is None else config,
+                init_timeout=timeout,
+            )
+            if sink.active:
+                self._sinks.append(sink)
+
+    @property
+    def wandb_active(self) -> bool:
+        return any(isinstance(s, WandbSink) and s.active for s in self._sinks)
+
+    def log(self, step: int, values: dict[str, Any]) -> None:
+        """Write one log step. `values` must hold every METRIC_KEYS key (mfu(%) may be None);
+        extra keys (e.g. MoE router stats) are written too. 0-d tensors are read with .item()."""
+        if self.rank != 0:
+            return
+        if self._closed:
+            raise ValueError("MetricsLogger.log() after close()")
+        row = {k: _to_python(k, v) for k, v in values.items() if k != "step"}
+        missing = [k for k in METRIC_KEYS if k not in row]
+        if missing:
+            raise ValueError(f"MetricsLogger.log(step={step}): missing metric keys {missing}")
+        nulls = [k for k in METRIC_KEYS if row[k] is None and k not in NULLABLE_KEYS]
+        if nulls:
+            raise ValueError(f"MetricsLogger.log(step={step}): metric keys {nulls} are None")
+        logger.info(format_console_line(step, row))
+        for sink in self._sinks:
+            sink.write(step, row)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for sink in self._sinks:
+            sink.close()
+
+    def __enter__(self) -> "MetricsLogger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _to_python(key: str, v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise ValueError(f"metric '{key}': expected a number or a 1-element tensor, got shape {tuple(v.shape)}")
+        return v.item()
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if hasattr(v, "item"):  # numpy scalars
+        return v.item()
+    raise ValueError(f"metric '{key}': expected a number, got {type(v).__name__}")
+
+
+def format_console_line(step: int, row: dict[str, Any]) -> str:
+    """One compact line: step, loss, grad_norm, lr, tps, tflops, mfu, memory."""
+    mfu = row["mfu(%)"]
+    return (
+        f"step {step:>6}  loss {row['loss_metrics/global_avg_loss']:8.4f}  "
+        f"grad_norm {row['grad_norm']:7.4f}  lr {row['lr']:.3e}  "
+        f"tps {row['throughput(tps)']:,.0f}  tflops {row['tflops']:.2f}  "
+        f"mfu {'n/a' if mfu is None else f'{mfu:.2f}%'}  "
+        f"memory {row['memory/max_active(GiB)']:.2f}GiB ({row['memory/max_reserved(GiB)']:.2f} reserved)"
+    )
