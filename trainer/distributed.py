@@ -1,0 +1,83 @@
+"""Process-group start-up and hang safety: the only place titankit calls init_process_group."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from trainer.config.schema import Comm
+from trainer.log import logger
+from trainer.parallel.dims import env_local_rank
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def set_nccl_env(comm: Comm, run_dir: str) -> None:
+    """Defaults that turn a hung collective into a clear error with a trace, instead of a silent hang.
+
+    Set before the process group starts; a value the user exported wins.
+    """
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")  # abort the comm, then raise
+    if comm.trace_buf_size > 0:
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(comm.trace_buf_size))
+        os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", os.path.join(run_dir, "comm_trace", "rank_"))
+        os.makedirs(os.path.join(run_dir, "comm_trace"), exist_ok=True)
+    # Never use NVLink multicast: NVLS can take shared hosts' GPUs down (see the device notes).
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+
+def init_distributed(comm: Comm, run_dir: str) -> torch.device:
+    """Start the default process group (gloo on CPU; NCCL for CUDA tensors plus gloo for CPU ones).
+
+    A plain `python -m trainer.train` (no torchrun) becomes a 1-rank group, so every code path is the
+    same with one process or many.
+    """
+    if not dist.is_available():
+        raise RuntimeError("torch.distributed is not available in this PyTorch build")
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", env_local_rank())
+        torch.cuda.set_device(device)
+        set_nccl_env(comm, run_dir)
+        backend = "cpu:gloo,cuda:nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if not dist.is_initialized():
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=comm.init_timeout_seconds),
+                                **kwargs)
+    logger.info(f"process group: {backend}, world {dist.get_world_size()}, device {device}")
+    return device
+
+
+def set_train_timeout(comm: Comm, mesh) -> None:
+    """After the first step (compiles, NCCL warm-up) hangs should fail fast: shorten the timeouts."""
+    timeout = timedelta(seconds=comm.train_timeout_seconds)
+    set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    if set_timeout is None:
+        logger.warning("this PyTorch cannot change a process group's timeout; keeping the init timeout")
+        return
+    groups = [None] + list(mesh.get_all_groups())
+    for group in groups:
+        try:
+            set_timeout(timeout, group)
+        except (RuntimeError, ValueError) as exc:  # some backends (gloo) refuse: keep theirs
+            logger.debug(f"timeout unchanged for a group: {exc}")
+
+
+def destroy_distributed() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,98 @@
+"""Optimizer, learning-rate schedules and gradient clipping that is correct for any parallel layout."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+import torch.nn as nn
+from torch.distributed.tensor import DTensor
+
+from trainer.config.schema import LRScheduler as LRConfig
+from trainer.config.schema import Optimizer as OptConfig
+
+
+def build_optimizer(model: nn.Module, cfg: OptConfig, device_type: str) -> torch.optim.Optimizer:
+    """AdamW; weight decay only on matrices (norm weights are 1-D and stay undecayed)."""
+    if cfg.name != "AdamW":
+        raise ValueError(f"optimizer.name = {cfg.name!r}: only 'AdamW' is implemented")
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    # fused=True is the fastest AdamW on CUDA and works on DTensor params; on CPU foreach is used.
+    fused = device_type == "cuda"
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                             fused=fused, foreach=None if fused else True)
+
+
+def lr_factor(step: int, total_steps: int, cfg: LRConfig) -> float:
+    """Multiplier of the peak lr at optimizer step `step` (1-based, the step about to be taken).
+
+    Linear warmup from 1/(warmup+1) to 1 over `warmup_steps`, then decay to min_lr_factor:
+    cosine, linear, or wsd (warmup-stable-decay: constant, then linear over the last decay_ratio).
+    """
+    warmup = cfg.warmup_steps
+    if step <= warmup:
+        return step / (warmup + 1)
+    floor = cfg.min_lr_factor
+    if cfg.decay_type == "wsd":
+        decay_steps = max(1, int(round(cfg.decay_ratio * (total_steps - warmup))))
+        start = total_steps - decay_steps
+        if step <= start:
+            return 1.0
+        progress = (step - start) / decay_steps
+        return 1.0 - (1.0 - floor) * min(progress, 1.0)
+    progress = min((step - warmup) / max(1, total_steps - warmup), 1.0)
+    if cfg.decay_type == "linear":
+        return 1.0 - (1.0 - floor) * progress
+    if cfg.decay_type == "cosine":
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(f"lr_scheduler.decay_type = {cfg.decay_type!r}: valid are cosine, linear, wsd")
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
+                       cfg: LRConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    # LambdaLR calls the lambda with its own counter starting at 0 for the first step's lr.
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: lr_factor(i + 1, total_steps, cfg))
+
+
+def _placement_key(p: torch.Tensor):
+    if isinstance(p, DTensor):
+        return (id(p.device_mesh), tuple(p.placements))
+    return None
+
+
+@torch.no_grad()
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Global L2 norm over all grads (returned as a plain fp32 tensor); clips in place if max_norm > 0.
+
+    Grads living on different meshes or placements (FSDP x TP, expert weights on their own mesh)
+    cannot be reduced in one foreach call, so the norm is computed per group of equal placement,
+    each group made a full (global) value, and the groups combined.
+    """
+    groups: dict = defaultdict(list)
+    for p in params:
+        if p.grad is not None:
+            groups[_placement_key(p.grad)].append(p.grad)
+    total_sq = None
+    for grads in groups.values():
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        sq = norm.float() ** 2
+        total_sq = sq if total_sq is None else total_sq + sq
+    if total_sq is None:
+        return torch.zeros(())
+    total = total_sq.sqrt()
+    if max_norm > 0:
+        # Scale local shards directly: exact for any placement, and no DTensor/Tensor mixing.
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for grads in groups.values():
+            local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
+            torch._foreach_mul_(local, coef.to(local[0].device))
+    return total

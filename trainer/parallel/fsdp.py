@@ -1,0 +1,103 @@
+"""FSDP2 / HSDP: shard parameters, gradients and optimizer state over the data-parallel ranks.
+
+Units (each all-gathers its parameters in one collective and reduce-scatters its gradients in one):
+tok_embeddings, every block, norm + output together, then the root. The shard mesh is the
+flattened "dp_shard_cp" view: context-parallel ranks see different tokens of the same samples, so
+their gradients are summed exactly like data-parallel ones. With dp_replicate > 1 the mesh is 2-D
+("dp_replicate", "dp_shard_cp") and FSDP2 does HSDP (reduce-scatter inside a replica group, then
+all-reduce across replicas).
+
+The trainer divides the summed token loss by the global token count, so every rank's gradient is
+already its exact share of the global mean: FSDP must sum, never average
+(`set_gradient_divide_factor(1.0)` and SUM collectives on every unit).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from trainer.parallel.dims import ParallelDims
+
+logger = logging.getLogger("titankit")
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+_RESHARD_POLICIES = ("default", "always", "never")
+
+
+def _dtype(key: str, value: str) -> torch.dtype:
+    if value not in _DTYPES:
+        raise ValueError(f"training.{key} = {value!r}: valid values are {sorted(_DTYPES)}")
+    return _DTYPES[value]
+
+
+def mixed_precision_policy(training, device_type: str) -> MixedPrecisionPolicy:
+    """bf16 compute on CUDA when asked; fp32 compute on CPU always (CPU bf16 matmuls are slow and
+    the CPU runs exist to check numerics)."""
+    param = _dtype("mixed_precision_param", training.mixed_precision_param)
+    reduce = _dtype("mixed_precision_reduce", training.mixed_precision_reduce)
+    if device_type != "cuda":
+        param = torch.float32
+    return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
+
+
+def fsdp_mesh(dims: ParallelDims):
+    """The mesh FSDP shards over: 1-D "dp_shard_cp", or 2-D for HSDP."""
+    if dims.hsdp_enabled:
+        return dims.mesh[("dp_replicate", "dp_shard_cp")]
+    return dims.mesh["dp_shard_cp"]
+
+
+def apply_fsdp(
+    model: nn.Module,
+    dims: ParallelDims,
+    training,
+    reshard_after_forward: str = "default",
+    device_type: str = "cpu",
+) -> nn.Module:
+    """Wrap the llama-shaped `model` (tok_embeddings, layers, norm, output) in FSDP2 units."""
+    if reshard_after_forward not in _RESHARD_POLICIES:
+        raise ValueError(
+            f"parallelism.fsdp_reshard_after_forward = {reshard_after_forward!r}: valid values are "
+            f"{list(_RESHARD_POLICIES)}"
+        )
+    mesh = fsdp_mesh(dims)
+    mp = mixed_precision_policy(training, device_type)
+    # "default": the last unit's parameters are needed again at once by backward, so keeping them
+    # saves one all-gather; the root holds no parameters of its own after the children are wrapped.
+    inner = reshard_after_forward != "never"
+    last = reshard_after_forward == "always"
+
+    def shard(module, reshard: bool) -> None:
+        fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+
+    if getattr(model, "tok_embeddings", None) is not None:
+        shard(model.tok_embeddings, inner)
+    for block in model.layers.values():
+        shard(block, inner)
+    tail = [m for m in (getattr(model, "norm", None), getattr(model, "output", None)) if m is not None]
+    if tail:
+        shard(tail, last)
+    shard(model, last)
+
+    units = 0
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            # Plain SUM collectives: gloo has no PREMUL_SUM, and NCCL's PreMulSum has had bf16 bugs
+            # (pytorch#155903); with a factor of 1 nothing needs scaling anyway.
+            module.set_force_sum_reduction_for_comms(True)
+            units += 1
+    kind = "HSDP" if dims.hsdp_enabled else "FSDP2"
+    shape = (f"dp_replicate={dims.dp_replicate} x dp_shard_cp={dims.dp_shard * dims.cp}"
+             if dims.hsdp_enabled else f"dp_shard_cp={dims.dp_shard * dims.cp}")
+    logger.info(
+        "Applied %s over %s: %d FSDP modules, param_dtype=%s reduce_dtype=%s, reshard_after_forward=%s, "
+        "gradient divide factor 1 (loss is normalised by the global token count)",
+        kind, shape, units, str(mp.param_dtype).removeprefix("torch."),
+        str(mp.reduce_dtype).removeprefix("torch."), reshard_after_forward,
+    )
+    return model

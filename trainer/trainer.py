@@ -1,0 +1,223 @@
+"""The Trainer: builds everything in a fixed order, then runs the train loop.
+
+Build order (DESIGN.md section 2): config -> process group + mesh -> data -> model on meta ->
+FP8 swap -> parallelize -> materialize + init -> optimizer + schedule -> metrics -> checkpoint (resume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
+
+from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_model_args, validate_config
+from trainer.data import SampleStream, build_dataset, build_tokenizer
+from trainer.distributed import init_distributed, set_train_timeout
+from trainer.log import init_logging, logger
+from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
+from trainer.models import FAMILIES
+from trainer.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
+from trainer.parallel import parallelize
+from trainer.parallel.dims import env_world_size
+from trainer.parallel.init import seeded_init_fn
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or gradient norm became NaN/inf; the optimizer step was not taken."""
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class Trainer:
+    def __init__(self, cfg: JobConfig):
+        init_logging()
+        self.cfg = cfg
+        # Validation needs no process group: a bad config fails before any rank waits on another.
+        self.dims = validate_config(cfg, env_world_size())
+        self.run_dir = Path(cfg.run.dump_folder).expanduser() / cfg.run.name
+        if cfg.run.deterministic:
+            # Must be set before cuBLAS starts; needed for bitwise-reproducible matmuls.
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        self.device = init_distributed(cfg.comm, str(self.run_dir))
+        self.rank = dist.get_rank()
+        self.mesh = self.dims.build_mesh(self.device.type)
+        logger.info(f"parallel dims: {self.dims}")
+        if self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            _atomic_write(self.run_dir / "config.toml", config_to_toml(cfg))
+        torch.manual_seed(cfg.run.seed)
+        if cfg.run.deterministic:
+            torch.use_deterministic_algorithms(True)
+            torch.backends.cudnn.deterministic = True
+            torch.backends.cudnn.benchmark = False
+
+        # Data: every rank of one DP group (its cp x tp ranks) reads the same samples.
+        t = cfg.training
+        dp_rank = self.mesh["dp"].get_local_rank() if self.dims.dp > 1 else 0
+        self.tokenizer = build_tokenizer(cfg.data.tokenizer)
+        self.dataset = build_dataset(cfg.data, self.tokenizer, rank=self.rank)
+        self.stream = SampleStream(self.dataset, t.seq_len, cfg.run.seed, dp_rank, self.dims.dp,
+                                   t.local_batch_size)
+        gbs = t.global_batch_size if t.global_batch_size > 0 else t.local_batch_size * self.dims.dp
+        self.grad_accum = gbs // (t.local_batch_size * self.dims.dp)
+        self.global_tokens = gbs * t.seq_len
+
+        # Model: meta -> (fp8) -> parallelize -> materialize -> init, so no rank ever holds it whole.
+        family = FAMILIES[cfg.model.name]
+        self.model_args = resolve_model_args(cfg)
+        if self.tokenizer.vocab_size > self.model_args.vocab_size:
+            raise ValueError(
+                f"tokenizer {cfg.data.tokenizer!r} has {self.tokenizer.vocab_size} tokens but model "
+                f"{cfg.model.name}/{cfg.model.flavor} has vocab_size {self.model_args.vocab_size}; "
+                "raise model.overrides.vocab_size or use a smaller tokenizer")
+        with torch.device("meta"):
+            model = family.model_cls(self.model_args)
+        if cfg.float8.enable:
+            from trainer.float8 import convert_to_float8_training
+
+            convert_to_float8_training(model, cfg.float8)
+        model = parallelize(model, self.dims, cfg)
+        model.to_empty(device=self.device)
+        with torch.no_grad():
+            model.init_weights(init_fn=seeded_init_fn(cfg.run.seed, self.device),
+                               buffer_device=self.device)
+        model.train()
+        self.model = model
+        self.n_params = sum(_numel(p) for p in model.parameters())
+        self.flops_per_token = self.model_args.flops_per_token(t.seq_len)
+
+        self.optimizer = build_optimizer(model, cfg.optimizer, self.device.type)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, t.steps, cfg.lr_scheduler)
+        self.step = 0
+        self.tokens_seen = 0
+        self.metrics = MetricsLogger(cfg, self.run_dir, rank=self.rank, config=config_to_dict(cfg))
+        self.meter = StepMeter(self.flops_per_token, resolve_peak_flops(cfg.metrics, self.device),
+                               cp=self.dims.cp, tp=self.dims.tp, device=self.device)
+        dist.barrier()  # rank 0 may have waited on wandb.init; start the steps together
+        self.checkpointer = None
+        if cfg.checkpoint.enable or cfg.checkpoint.initial_load_path:
+            from trainer.checkpoint import CheckpointManager
+
+            self.checkpointer = CheckpointManager(self)
+            self.checkpointer.load()
+        logger.info(f"model {cfg.model.name}/{cfg.model.flavor}: {self.n_params:,} params, "
+                    f"{self.flops_per_token:.3e} FLOPs/token, grad accumulation {self.grad_accum}")
+
+    # ---- one optimizer step -------------------------------------------------------------------
+    def _loss_context(self):
+        if self.dims.tp_enabled and self.cfg.parallelism.enable_loss_parallel:
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            return loss_parallel()
+        return contextlib.nullcontext()
+
+    def _micro_batch(self) -> dict[str, torch.Tensor | None]:
+        batch = self.stream.next_batch()
+        out = {
+            "tokens": batch["tokens"].to(self.device, non_blocking=True),
+            "labels": batch["labels"].to(self.device, non_blocking=True),
+            "positions": None,
+            "doc_ids": (batch["doc_ids"].to(self.device, non_blocking=True)
+                        if self.cfg.data.document_mask else None),
+        }
+        if self.dims.cp_enabled:
+            from trainer.parallel.context import shard_batch_for_cp
+
+            out = shard_batch_for_cp(out, self.dims)
+        return out
+
+    def train_step(self) -> float:
+        """One optimizer step over grad_accum micro-batches; returns the global average loss."""
+        self.step += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        t_data = 0.0
+        loss_sum = torch.zeros((), device=self.device)
+        for _ in range(self.grad_accum):
+            t0 = time.perf_counter()
+            batch = self._micro_batch()
+            t_data += time.perf_counter() - t0
+            with self._loss_context():
+                logits = self.model(batch["tokens"], positions=batch["positions"],
+                                    doc_ids=batch["doc_ids"])
+                # Sum over this rank's tokens / tokens of the whole step: the FSDP reduction (a sum,
+                # divide factor 1) then yields the exact mean gradient for any layout.
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(),
+                                       reduction="sum") / self.global_tokens
+                loss.backward()
+            loss_sum += (loss.to_local() if isinstance(loss, DTensor) else loss).detach()
+            del logits, loss
+        grad_norm = clip_grad_norm_(list(self.model.parameters()), self.cfg.training.max_norm)
+        if self.dims.dp_cp > 1:
+            dist.all_reduce(loss_sum, group=self.mesh["dp_cp"].get_group())
+        loss_val, norm_val = torch.stack([loss_sum, grad_norm.to(loss_sum)]).tolist()
+        if not (torch.isfinite(torch.tensor([loss_val, norm_val])).all()):
+            raise NonFiniteError(
+                f"step {self.step}: loss {loss_val} / grad norm {norm_val} is not finite; the step "
+                "was not applied. Lower optimizer.lr, check the data, or resume from the last "
+                "checkpoint with another seed.")
+        self.last_lr = self.optimizer.param_groups[0]["lr"]  # the lr this step used
+        self.optimizer.step()
+        self.lr_scheduler.step()
+        self.tokens_seen += self.global_tokens
+        self.last_grad_norm = norm_val
+        self.last_data_time = t_data
+        return loss_val
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def train(self) -> None:
+        cfg = self.cfg
+        t = cfg.training
+        if t.gc_freq > 0:
+            gc.disable()  # collect at fixed steps so ranks never pause at different times
+        local_tokens = t.local_batch_size * t.seq_len * self.grad_accum  # per DP rank, pre-CP split
+        self.meter.reset()
+        first = True
+        while self.step < t.steps:
+            if t.gc_freq > 0 and self.step % t.gc_freq == 0:
+                gc.collect(1)
+            loss = self.train_step()
+            self.meter.add_step(local_tokens, self.last_data_time)
+            if first:
+                set_train_timeout(cfg.comm, self.mesh)
+                first = False
+            last = self.step == t.steps
+            if self.step == 1 or self.step % cfg.metrics.log_freq == 0 or last:
+                self.metrics.log(self.step, {
+                    **self.meter.collect(),
+                    "loss_metrics/global_avg_loss": loss,
+                    "grad_norm": self.last_grad_norm,
+                    "lr": self.last_lr,
+                    "n_tokens_seen": self.tokens_seen,
+                    **self.extra_metrics(),
+                })
+            if self.checkpointer is not None:
+                self.checkpointer.maybe_save(self.step, last=last)
+                if self.checkpointer.preempted():
+                    logger.warning(f"preemption signal: checkpoint of step {self.step} saved, exiting")
+                    break
+
+    def extra_metrics(self) -> dict[str, float]:
+        """Model-specific values for the log (MoE router statistics); none for dense models."""
+        fn = getattr(self.model, "metrics", None)
+        return fn() if callable(fn) else {}
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        self.metrics.close()
+        gc.enable()
+
+
+def _numel(p: torch.Tensor) -> int:
+    return p.numel()  # DTensor.numel() is the global size
