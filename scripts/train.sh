@@ -15,6 +15,9 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
 export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# With torchrun's default shared rendezvous store, a group restarted by --max-restarts reads the
+# previous attempt's addresses and fails to connect (pytorch/pytorch#135712): one store per attempt.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-1}
 "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NGPU" \
   ${MAX_RESTARTS:+--max-restarts=$MAX_RESTARTS} \
   -m trainer.train --config "$CONFIG" "$@" &

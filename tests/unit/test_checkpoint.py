@@ -1,0 +1,338 @@
+"""CheckpointManager on one in-process gloo rank with a small real model, optimizer and schedule.
+
+What a user relies on: a resume restores every piece of state exactly; a partial or truncated step
+folder is skipped with a warning naming it; a checkpoint of another model shape fails naming the
+first mismatching key; retention never deletes the newest complete checkpoint; an async save lets
+training go on and saves the state of its own step; a preemption signal saves the current step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.checkpoint import FileSystemWriter
+
+from trainer.checkpoint import CheckpointManager
+from trainer.config.schema import JobConfig
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_group():
+    if dist.is_initialized():
+        yield
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+class Stream:
+    """A stand-in for SampleStream's state: one integer, advanced by each batch."""
+
+    def __init__(self) -> None:
+        self.next_index = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next_index": self.next_index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.next_index = int(state["next_index"])
+
+
+def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, **ckpt) -> SimpleNamespace:
+    cfg = JobConfig()
+    cfg.checkpoint.enable = True
+    cfg.checkpoint.interval = 1
+    for key, value in ckpt.items():
+        setattr(cfg.checkpoint, key, value)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, hidden), nn.GELU(), nn.Linear(hidden, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 / (1 + i))
+    return SimpleNamespace(cfg=cfg, run_dir=run_dir, model=model, optimizer=opt,
+                           lr_scheduler=sched, stream=Stream(), step=0, tokens_seen=0)
+
+
+def train_step(t: SimpleNamespace) -> float:
+    x = torch.randn(4, 8)  # draws from the torch RNG, so RNG restore matters for the next losses
+    loss = t.model(x).square().mean()
+    loss.backward()
+    t.optimizer.step()
+    t.optimizer.zero_grad(set_to_none=True)
+    t.lr_scheduler.step()
+    t.step += 1
+    t.tokens_seen += 32
+    t.stream.next_index += 4
+    return loss.item()
+
+
+def run(t: SimpleNamespace, steps: int, mgr: CheckpointManager | None = None) -> list[float]:
+    losses = []
+    for _ in range(steps):
+        losses.append(train_step(t))
+        if mgr is not None:
+            mgr.maybe_save(t.step)
+    return losses
+
+
+def start(run_dir: Path, **kw) -> tuple[SimpleNamespace, CheckpointManager]:
+    t = make_trainer(run_dir, **kw)
+    mgr = CheckpointManager(t)
+    mgr.load()
+    return t, mgr
+
+
+@contextlib.contextmanager
+def captured_warnings():
+    records: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                records.append(record.getMessage())
+
+    log = logging.getLogger("titankit")
+    handler = Grab()
+    log.addHandler(handler)
+    try:
+        yield records
+    finally:
+        log.removeHandler(handler)
+
+
+def steps_on_disk(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in (run_dir / "checkpoint").iterdir())
+
+
+def test_resume_restores_everything(tmp_path):
+    # Straight: 6 steps. Interrupted: 3 steps, a new process state, resume, 3 more steps.
+    straight, m0 = start(tmp_path / "a", interval=100)
+    ref = run(straight, 6)
+    m0.close()
+
+    t, mgr = start(tmp_path / "b", interval=3)
+    first = run(t, 3, mgr)
+    mgr.close()
+    random.seed(123), np.random.seed(123), torch.manual_seed(123)  # a different process's RNG
+    t2, mgr2 = start(tmp_path / "b", interval=3, seed=99)  # fresh (different) weights before load
+    assert (t2.step, t2.tokens_seen, t2.stream.next_index) == (3, 96, 12)
+    rest = run(t2, 3, mgr2)
+    mgr2.close()
+    assert first + rest == ref  # bitwise: model, Adam moments, lr schedule and RNG all restored
+    for p, q in zip(straight.model.parameters(), t2.model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_rng_roundtrip(tmp_path):
+    t, mgr = start(tmp_path, interval=1)
+    train_step(t)
+    mgr.maybe_save(t.step)
+    expect = (random.random(), np.random.rand(), torch.rand(3))
+    random.seed(7), np.random.seed(7), torch.manual_seed(7)
+    t2, mgr2 = start(tmp_path, interval=1)
+    got = (random.random(), np.random.rand(), torch.rand(3))
+    assert got[0] == expect[0] and got[1] == expect[1] and torch.equal(got[2], expect[2])
+    mgr.close(), mgr2.close()
+
+
+def test_partial_and_truncated_folders_are_skipped(tmp_path):
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 6, mgr)
+    mgr.close()
+    ckpt = tmp_path / "checkpoint"
+    assert steps_on_disk(tmp_path) == ["step-4", "step-6"]
+    (ckpt / "step-6" / ".metadata").unlink()  # as if the save of step 6 died before finishing
+    with captured_warnings() as warns:
+        t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 4
+    assert any("step-6" in w and ".metadata" in w for w in warns), warns
+    mgr2.close()
+
+    shard = next((ckpt / "step-4").glob("*.distcp"))
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])  # a copy cut short
+    (ckpt / "step-2").mkdir()  # an empty folder from a crash is not a checkpoint either
+    with captured_warnings() as warns:
+        t3, mgr3 = start(tmp_path, interval=2)
+    # Nothing complete is left, so this is a fresh start; both skips were named.
+    assert t3.step == 0
+    assert any("step-4" in w and "truncated" in w for w in warns), warns
+    assert any("step-2" in w for w in warns), warns
+    mgr3.close()
+
+
+def test_truncated_newest_falls_back_to_previous(tmp_path):
+    t, mgr = start(tmp_path, interval=2, keep_latest_k=0)
+    run(t, 6, mgr)
+    mgr.close()
+    shard = next((tmp_path / "checkpoint" / "step-6").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:-10])
+    with captured_warnings() as warns:
+        t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 4 and any("step-6" in w and "truncated" in w for w in warns)
+    # Saving step 6 again replaces the corrupt folder instead of mixing old and new shards.
+    run(t2, 2, mgr2)
+    mgr2.close()
+    t3, mgr3 = start(tmp_path, interval=2)
+    assert t3.step == 6
+    mgr3.close()
+
+
+def test_other_model_shape_names_first_mismatching_key(tmp_path):
+    t, mgr = start(tmp_path, interval=1)
+    run(t, 1, mgr)
+    mgr.close()
+    t2 = make_trainer(tmp_path, hidden=32)
+    with pytest.raises(ValueError, match=r"'0\.weight' has shape \(16, 8\) in the checkpoint but "
+                                         r"\(32, 8\) in the model"):
+        CheckpointManager(t2).load()
+
+
+def test_retention_keeps_latest_k(tmp_path):
+    (tmp_path / "checkpoint" / "step-1").mkdir(parents=True)  # leftover of a crashed save
+    t, mgr = start(tmp_path, interval=1, keep_latest_k=2)
+    run(t, 5, mgr)
+    mgr.close()
+    assert steps_on_disk(tmp_path) == ["step-4", "step-5"]
+    t2, mgr2 = start(tmp_path / "all", interval=2, keep_latest_k=0)
+    run(t2, 6, mgr2)
+    mgr2.close()
+    assert sorted(p.name for p in (tmp_path / "all" / "checkpoint").iterdir()) == \
+        ["step-2", "step-4", "step-6"]
+
+
+def test_load_step_and_rewind(tmp_path):
+    t, mgr = start(tmp_path, interval=2, keep_latest_k=0)
+    run(t, 6, mgr)
+    mgr.close()
+    with pytest.raises(ValueError, match=r"load_step = 5.*complete ones.*\[2, 4, 6\]"):
+        start(tmp_path, interval=2, load_step=5)
+    t2, mgr2 = start(tmp_path, interval=2, keep_latest_k=0, load_step=2)
+    assert t2.step == 2
+    run(t2, 2, mgr2)  # saves step 4 again: the old step-4 and step-6 are set aside, not deleted
+    mgr2.close()
+    assert steps_on_disk(tmp_path) == ["step-2", "step-4", "step-4.superseded", "step-6.superseded"]
+    t3, mgr3 = start(tmp_path, interval=2)
+    assert t3.step == 4
+    mgr3.close()
+
+
+def test_initial_load_path(tmp_path):
+    src, mgr = start(tmp_path / "src", interval=3)
+    run(src, 3, mgr)
+    mgr.close()
+    # Model only (the default): weights from the folder of step folders, the rest fresh.
+    t, m = start(tmp_path / "dst", initial_load_path=str(tmp_path / "src" / "checkpoint"))
+    assert t.step == 0 and t.stream.next_index == 0 and len(t.optimizer.state) == 0
+    for p, q in zip(src.model.parameters(), t.model.parameters()):
+        assert torch.equal(p, q)
+    m.close()
+    # Everything, from an explicit step folder.
+    t, m = start(tmp_path / "dst2", initial_load_path=str(tmp_path / "src" / "checkpoint" / "step-3"),
+                 initial_load_model_only=False)
+    assert (t.step, t.stream.next_index) == (3, 12)
+    m.close()
+    with pytest.raises(ValueError, match="initial_load_path.*no such folder"):
+        start(tmp_path / "dst3", initial_load_path=str(tmp_path / "nope"))
+
+
+class SlowWriter(FileSystemWriter):
+    """Writes like DCP's FileSystemWriter, one second later (a slow shared filesystem)."""
+
+    def write_data(self, plan, planner):
+        time.sleep(1.0)
+        return super().write_data(plan, planner)
+
+
+def test_async_save_overlaps_training_and_saves_its_step(tmp_path):
+    t, mgr = start(tmp_path, interval=2, async_mode="async")
+    mgr.writer_factory = SlowWriter
+    run(t, 2, mgr)  # step 2 is saved in the background
+    snapshot = {k: v.clone() for k, v in t.model.state_dict().items()}
+    exp_avg = [t.optimizer.state[p]["exp_avg"].clone() for p in t.model.parameters()]
+    t0 = time.perf_counter()
+    run(t, 1, mgr)  # step 3 trains while the write of step 2 is in flight
+    assert time.perf_counter() - t0 < 0.8
+    assert mgr._pending is not None and not mgr._pending.future.done()
+    assert not (tmp_path / "checkpoint" / "step-2" / ".metadata").exists()
+    assert not torch.equal(snapshot["0.weight"], t.model.state_dict()["0.weight"])
+    mgr.close()  # waits for the write
+    t2, mgr2 = start(tmp_path, interval=2, load_step=2)
+    assert t2.step == 2
+    for k, v in t2.model.state_dict().items():
+        assert torch.equal(v, snapshot[k]), k
+    for p, ref in zip(t2.model.parameters(), exp_avg):
+        assert torch.equal(t2.optimizer.state[p]["exp_avg"], ref)
+    mgr2.close()
+
+
+def test_preemption_signal_saves_current_step(tmp_path):
+    before = signal.getsignal(signal.SIGUSR1)
+    t, mgr = start(tmp_path, interval=100)
+    run(t, 3, mgr)
+    assert not mgr.preempted()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert mgr.preempted()
+    mgr.close()
+    assert steps_on_disk(tmp_path) == ["step-3"]
+    # close() puts back the handler that was there before.
+    assert signal.getsignal(signal.SIGUSR1) == before
+
+
+class TokenArray:
+    """A token source in memory (the interface SampleStream reads: len, gather, eos_id)."""
+
+    def __init__(self, n: int) -> None:
+        self.tokens = np.random.default_rng(0).integers(0, 250, n).astype(np.int64)
+        self.eos_id = 255
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
+        return np.stack([self.tokens[s:s + length] for s in starts])
+
+
+@pytest.mark.parametrize("new_dp", [1, 4])
+def test_stream_continues_on_another_dp_degree(tmp_path, new_dp):
+    from trainer.data.stream import SampleStream
+
+    source = TokenArray(5000)
+    seen: list[int] = []
+    # 2 DP ranks, 3 batches of 2 samples each, then a checkpoint (the state is shared by all ranks).
+    streams = [SampleStream(source, 16, 0, r, 2, 2) for r in range(2)]
+    for _ in range(3):
+        for s in streams:
+            seen += s.next_batch()["indices"].tolist()
+    t, mgr = start(tmp_path, interval=1)
+    t.stream = streams[0]
+    mgr.save(3)
+    mgr.close()
+    # Resumed on new_dp ranks: each rank's stream loads the same state and takes its share.
+    for r in range(new_dp):
+        t2 = make_trainer(tmp_path)
+        t2.stream = SampleStream(source, 16, 0, r, new_dp, 2)
+        m2 = CheckpointManager(t2)
+        m2.load()
+        m2.close()
+        for _ in range(24 // (2 * new_dp)):
+            seen += t2.stream.next_batch()["indices"].tolist()
+    # Samples 0..35: each exactly once, none skipped.
+    assert sorted(seen) == list(range(36))

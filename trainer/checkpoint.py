@@ -1,0 +1,352 @@
+"""Checkpoints: DCP save/load of the whole training state, step folders, retention, async save,
+resume and preemption (DESIGN.md section 6).
+
+Layout: {run_dir}/{checkpoint.folder}/step-N/ holds one DCP checkpoint with these top-level keys:
+  model         get_model_state_dict: DTensor shards under FSDP/TP, so a load reshards to any layout
+  optimizer     get_optimizer_state_dict (keyed by parameter name, layout-independent too)
+  lr_scheduler  the scheduler's state_dict, pickled into one bytes item
+  data          the sample stream's state ({"next_index": int}; identical on all ranks: stored once)
+  train         {"step", "tokens_seen", "world_size"}
+  rng           {"rank<r>": {"python", "numpy", "torch"[, "cuda"]}}: each rank saves and loads its own
+Bytes items with the same key on every rank are written by one rank only (DCP de-duplicates them).
+
+Start = resume: a complete step folder of this run wins (the newest, or checkpoint.load_step); else
+checkpoint.initial_load_path; else a fresh start. See trainer/checkpoint_folders.py for what
+"complete" means and trainer/preemption.py for SIGTERM / SIGUSR1.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from trainer.checkpoint_folders import (
+    STEP_RE,
+    apply_retention,
+    check_model_fits,
+    complete_step_folders,
+    has_section,
+    incomplete_reason,
+    list_step_folders,
+    read_metadata,
+    remove_partial,
+    section_template,
+    set_aside,
+    step_folder,
+)
+from trainer.log import logger
+from trainer.preemption import PreemptionWatcher
+
+FULL_SECTIONS = ("optimizer", "lr_scheduler", "data", "train")
+
+
+def capture_rng() -> dict[str, Any]:
+    """This rank's generator states (python, numpy, torch CPU, and CUDA when in use)."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),  # a copy: later draws do not change what is saved
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def reseed_rng(seed: int, step: int, rank: int) -> None:
+    """Deterministic fresh generators for a rank that has no saved state (world size grew)."""
+    derived = ((seed * 1_000_003 + step) * 1_000_003 + rank) % (2**63 - 1)
+    random.seed(derived)
+    np.random.seed(derived % 2**32)
+    torch.manual_seed(derived)  # also seeds every CUDA device
+
+
+@dataclass
+class _Pending:
+    """An async save in flight."""
+
+    step: int
+    path: Path
+    future: Any  # concurrent.futures.Future
+    started: float
+    staged_s: float
+
+
+class CheckpointManager:
+    """Saves and restores a Trainer's state; the Trainer calls load(), maybe_save(), preempted(), close().
+
+    Uses of the trainer: cfg, run_dir, model, optimizer, lr_scheduler, stream, step, tokens_seen.
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.cfg = trainer.cfg.checkpoint
+        self.enabled = bool(self.cfg.enable)
+        self.root = Path(trainer.run_dir) / self.cfg.folder
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.async_mode = self.cfg.async_mode == "async"
+        # DCP's own collectives (plan exchange, the final metadata gather) run on a dedicated gloo
+        # group: the async writer thread then never interleaves with the training collectives, and a
+        # slow write is not cut off by the short train timeout of the default group.
+        timeout = timedelta(seconds=max(1800, trainer.cfg.comm.init_timeout_seconds))
+        self.group = dist.new_group(backend="gloo", timeout=timeout)
+        # Builds the storage writer of one step folder; tests swap in a slower one.
+        self.writer_factory: Callable[[str], FileSystemWriter] = FileSystemWriter
+        self._pending: _Pending | None = None
+        self._last_saved = -1
+        self.watcher = PreemptionWatcher() if self.enabled else None
+
+    # ---- start = resume ------------------------------------------------------------------------
+    def load(self) -> None:
+        """Restore from this run's newest complete checkpoint (or load_step / initial_load_path)."""
+        # One rank scans the folder and decides, so all ranks load the same checkpoint.
+        path, model_only = self._on_rank0(self._choose_start)
+        if path is None:
+            logger.info(f"checkpoint: nothing to resume from in {self.root}; starting at step 0")
+            return
+        self._load(Path(path), model_only)
+
+    def _on_rank0(self, fn: Callable[[], Any]) -> Any:
+        """Run fn on rank 0 and give its result to every rank; an error there is raised on all
+        ranks (instead of leaving the others waiting in the next collective until a timeout)."""
+        box: list[Any] = [None]
+        if self.rank == 0:
+            try:
+                box[0] = ("ok", fn())
+            except Exception as exc:
+                box[0] = ("error", type(exc) is ValueError, f"{exc}")
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        if box[0][0] == "error":
+            _, is_value_error, message = box[0]
+            raise (ValueError if is_value_error else RuntimeError)(message)
+        return box[0][1]
+
+    def _choose_start(self) -> tuple[str | None, bool]:
+        """(folder, model_only) to start from, or (None, False); rank 0 only (it logs the skips)."""
+        if self.enabled:
+            complete = complete_step_folders(self.root)
+            if self.cfg.load_step >= 0:
+                for step, path in complete:
+                    if step == self.cfg.load_step:
+                        return str(path), False
+                steps = [s for s, _ in complete]
+                raise ValueError(
+                    f"checkpoint.load_step = {self.cfg.load_step}: "
+                    f"{step_folder(self.root, self.cfg.load_step)} is not a complete checkpoint "
+                    f"(complete ones in {self.root}: {steps or 'none'}); use -1 for the newest")
+            if complete:
+                return str(complete[-1][1]), False
+        if self.cfg.initial_load_path:
+            return str(self._resolve_initial(Path(self.cfg.initial_load_path).expanduser())), \
+                self.cfg.initial_load_model_only
+        return None, False
+
+    def _resolve_initial(self, path: Path) -> Path:
+        """initial_load_path may name a step-N folder or a folder of them (then: the newest)."""
+        key = f"checkpoint.initial_load_path = {str(path)!r}"
+        if not path.is_dir():
+            raise ValueError(f"{key}: no such folder")
+        if (path / ".metadata").exists() or STEP_RE.match(path.name):
+            reason = incomplete_reason(path)
+            if reason is not None:
+                raise ValueError(f"{key} is not a complete checkpoint: {reason}")
+            return path
+        complete = complete_step_folders(path)
+        if not complete:
+            raise ValueError(f"{key} is neither a DCP checkpoint folder (with .metadata) nor a "
+                             "folder holding complete step-N checkpoints")
+        return complete[-1][1]
+
+    def _load(self, path: Path, model_only: bool) -> None:
+        t = self.trainer
+        t0 = time.perf_counter()
+        metadata = read_metadata(path)
+        model_sd = get_model_state_dict(t.model)
+        check_model_fits(metadata, model_sd, path)  # before any rank reads a tensor
+        state: dict[str, Any] = {"model": model_sd}
+        rng_key = f"rank{self.rank}"
+        has_rng = False
+        if not model_only:
+            missing = [s for s in FULL_SECTIONS if not has_section(metadata, s)]
+            if missing:
+                raise ValueError(
+                    f"checkpoint {path} holds no {', '.join(missing)} state (only weights?); to "
+                    "start from its weights set checkpoint.initial_load_model_only = true")
+            state["optimizer"] = get_optimizer_state_dict(t.model, t.optimizer)
+            state["lr_scheduler"] = None  # one pickled bytes item
+            state["data"] = section_template(metadata, "data.")
+            state["train"] = section_template(metadata, "train.")
+            has_rng = has_section(metadata, f"rng.{rng_key}")
+            if has_rng:
+                state["rng"] = {rng_key: section_template(metadata, f"rng.{rng_key}.")}
+        dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
+        set_model_state_dict(t.model, state["model"])
+        if model_only:
+            logger.info(f"checkpoint: loaded the model weights of {path} in "
+                        f"{time.perf_counter() - t0:.2f}s; starting at step 0")
+            return
+        set_optimizer_state_dict(t.model, t.optimizer, state["optimizer"])
+        t.lr_scheduler.load_state_dict(pickle.loads(state["lr_scheduler"]))
+        t.stream.load_state_dict(state["data"])
+        train = state["train"]
+        t.step = int(train["step"])
+        t.tokens_seen = int(train["tokens_seen"])
+        saved_world = int(train.get("world_size", 0))
+        if has_rng:
+            restore_rng(state["rng"][rng_key])
+        else:
+            reseed_rng(t.cfg.run.seed, t.step, self.rank)
+            logger.warning(f"checkpoint {path} was saved on {saved_world} ranks and has no RNG state "
+                           f"for rank {self.rank}; its generators are reseeded from (run.seed, step, rank)")
+        if self.rank == 0 and saved_world and saved_world != self.world_size:
+            logger.warning(f"checkpoint {path} was saved on {saved_world} ranks and is loaded on "
+                           f"{self.world_size}: weights and optimizer state are resharded")
+        self._last_saved = t.step  # never rewrite the folder this run started from
+        logger.info(f"checkpoint: resumed from {path} (step {t.step}, {t.tokens_seen:,} tokens "
+                    f"seen, data at sample {t.stream.state_dict()}) in {time.perf_counter() - t0:.2f}s")
+
+    # ---- save ----------------------------------------------------------------------------------
+    def maybe_save(self, step: int, last: bool = False) -> None:
+        """Called after every step: saves every `interval` steps and at the last one."""
+        if not self.enabled:
+            return
+        self._poll()
+        if step % self.cfg.interval == 0 or last:
+            self.save(step, blocking=not self.async_mode)
+
+    def save(self, step: int, blocking: bool = True) -> None:
+        """Save the current state as step-{step}; async (blocking=False) returns once it is staged."""
+        if step == self._last_saved:
+            if blocking:
+                self._wait()
+            return
+        self._wait()  # one save in flight at most; its retention runs before the next starts
+        path = step_folder(self.root, step)
+        self._prepare(step)
+        state = self._state_dict(step)
+        writer = self.writer_factory(str(path))
+        t0 = time.perf_counter()
+        if blocking:
+            dcp.save(state, storage_writer=writer, process_group=self.group)
+            self._last_saved = step
+            self._finish(step, path, t0, None)
+            return
+        # async_save copies every tensor to fresh CPU memory before it returns (the writer is a
+        # BlockingAsyncStager), so later optimizer steps cannot change what is being written.
+        response = dcp.async_save(state, storage_writer=writer, process_group=self.group)
+        future = getattr(response, "upload_completion", response)
+        staged = time.perf_counter() - t0
+        self._pending = _Pending(step, path, future, t0, staged)
+        self._last_saved = step
+        logger.info(f"checkpoint step-{step}: staged in {staged:.2f}s, writing in the background")
+
+    def _state_dict(self, step: int) -> dict[str, Any]:
+        t = self.trainer
+        data = t.stream.state_dict()
+        # The stream state is saved once for all ranks: check the invariant that makes this right.
+        states: list[Any] = [None] * self.world_size
+        dist.all_gather_object(states, data, group=self.group)
+        if any(s != data for s in states):
+            raise RuntimeError(f"data stream states differ across ranks ({states}); they must be "
+                               "identical for a resume to continue the same global stream")
+        return {
+            "model": get_model_state_dict(t.model),
+            "optimizer": get_optimizer_state_dict(t.model, t.optimizer),
+            "lr_scheduler": pickle.dumps(t.lr_scheduler.state_dict()),
+            "data": dict(data),
+            "train": {"step": int(step), "tokens_seen": int(t.tokens_seen),
+                      "world_size": self.world_size},
+            "rng": {f"rank{self.rank}": capture_rng()},
+        }
+
+    def _prepare(self, step: int) -> None:
+        """Rank 0 clears the way for step-{step} (all ranks wait); nothing complete is deleted."""
+
+        def clear() -> None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            for s, path in list_step_folders(self.root):
+                if s < step:
+                    continue
+                if incomplete_reason(path) is None:
+                    # Only after a resume from an older step (checkpoint.load_step): these belong to
+                    # the abandoned continuation and would otherwise win the next resume.
+                    set_aside(path, f"this run resumed from an earlier step and now saves step {step}")
+                else:
+                    remove_partial(path)
+
+        self._on_rank0(clear)
+
+    def _finish(self, step: int, path: Path, started: float, staged: float | None) -> None:
+        elapsed = time.perf_counter() - started
+        if self.rank == 0:
+            # Rank 0 alone: a failure here must not stop it while the other ranks train on, so it
+            # is logged, and retention (which could delete the last good checkpoint) is skipped.
+            reason = incomplete_reason(path)
+            if reason is not None:
+                logger.error(f"checkpoint {path} is incomplete right after saving ({reason}); it will "
+                             "not be used for a resume, and no older checkpoint is removed")
+                return
+            try:
+                apply_retention(self.root, self.cfg.keep_latest_k)
+            except OSError as exc:
+                logger.warning(f"checkpoint retention in {self.root} failed: {exc}")
+        how = "saved" if staged is None else f"written in the background (staging {staged:.2f}s)"
+        logger.info(f"checkpoint step-{step} {how} in {elapsed:.2f}s: {path}")
+
+    def _poll(self) -> None:
+        if self._pending is not None and self._pending.future.done():
+            self._wait()
+
+    def _wait(self) -> None:
+        """Block until the async save in flight (if any) is complete, then apply retention."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            pending.future.result()
+        except Exception as exc:
+            raise RuntimeError(f"async save of checkpoint {pending.path} failed: {exc}") from exc
+        self._finish(pending.step, pending.path, pending.started, pending.staged_s)
+
+    # ---- preemption and shutdown ---------------------------------------------------------------
+    def preempted(self) -> bool:
+        """Collective: True once any rank got SIGTERM/SIGUSR1, after a blocking save of this step."""
+        if self.watcher is None or not self.watcher.agreed():
+            return False
+        if self.rank == 0:
+            logger.warning(f"preemption signal: saving a checkpoint of step {self.trainer.step}")
+        self.save(self.trainer.step, blocking=True)
+        return True
+
+    def close(self) -> None:
+        """Wait for an async save in flight and restore the signal handlers."""
+        try:
+            self._wait()
+        finally:
+            if self.watcher is not None:
+                self.watcher.close()

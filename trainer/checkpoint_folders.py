@@ -1,0 +1,179 @@
+"""Step folders of a checkpoint directory: which ones are complete, which to keep, what they hold.
+
+A DCP checkpoint is a folder of shard files (`__<rank>_<i>.distcp`) plus `.metadata`, which DCP's
+coordinator writes last (temp file, then rename) once every rank has reported its shards written.
+Here a folder counts as complete only when `.metadata` parses AND every shard it references exists
+and is at least as long as the byte ranges recorded for it: a disk-full write, a copy cut short or a
+deleted shard is caught before any rank starts loading, and the previous complete folder is used.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
+
+from trainer.log import logger
+
+STEP_RE = re.compile(r"^step-(\d+)$")
+
+
+def step_folder(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step}"
+
+
+def list_step_folders(root: Path) -> list[tuple[int, Path]]:
+    """All `step-N` folders under root (complete or not), sorted by N."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = STEP_RE.match(child.name)
+        if match and child.is_dir():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def read_metadata(path: Path) -> Metadata:
+    return FileSystemReader(str(path)).read_metadata()
+
+
+def incomplete_reason(path: Path) -> str | None:
+    """None when `path` is a complete DCP checkpoint, else why it is not (for a warning)."""
+    path = Path(path)
+    if not (path / ".metadata").is_file():
+        return "it has no .metadata (the save did not finish)"
+    try:
+        metadata = read_metadata(path)
+    except Exception as exc:  # a truncated pickle raises EOFError, UnpicklingError, ...
+        return f"its .metadata is unreadable ({type(exc).__name__}: {exc})"
+    # Bytes each shard file must hold: the end of the furthest item stored in it.
+    need: dict[str, int] = {}
+    storage = metadata.storage_data if isinstance(metadata.storage_data, dict) else {}
+    for info in storage.values():
+        rel = getattr(info, "relative_path", None)
+        if rel is None:
+            continue
+        need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
+    for rel, n_bytes in sorted(need.items()):
+        shard = path / rel
+        if not shard.is_file():
+            return f"its shard {rel} is missing"
+        size = shard.stat().st_size
+        if size < n_bytes:
+            return f"its shard {rel} is truncated ({size} bytes; the metadata needs {n_bytes})"
+    return None
+
+
+def complete_step_folders(root: Path, warn: bool = True) -> list[tuple[int, Path]]:
+    """The complete `step-N` folders under root, sorted by N; incomplete ones warn (when `warn`)."""
+    complete = []
+    for step, path in list_step_folders(root):
+        reason = incomplete_reason(path)
+        if reason is None:
+            complete.append((step, path))
+        elif warn:
+            logger.warning(f"checkpoint {path} is skipped: {reason}")
+    return complete
+
+
+def apply_retention(root: Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` complete folders (keep 0 = keep all); returns what went.
+
+    Also removes incomplete folders older than the newest complete one: they are leftovers of saves
+    that died and can never be loaded. Never touches the newest complete folder (keep >= 2 is
+    enforced by the config) or anything newer than it (a save may be in flight there).
+    """
+    if keep <= 0:
+        return []
+    complete = complete_step_folders(root, warn=False)
+    if not complete:
+        return []
+    newest = complete[-1][0]
+    complete_paths = {p for _, p in complete}
+    doomed = [p for _, p in complete[:-keep]]
+    doomed += [p for s, p in list_step_folders(root) if s < newest and p not in complete_paths]
+    for path in doomed:
+        shutil.rmtree(path)
+        logger.info(f"checkpoint retention (keep_latest_k = {keep}): removed {path}")
+    return doomed
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Rename a complete folder out of the `step-N` namespace (never delete a user's checkpoint)."""
+    target = path.with_name(f"{path.name}.superseded")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.superseded{n}")
+    path.rename(target)
+    logger.warning(f"checkpoint {path} renamed to {target.name}: {why}")
+    return target
+
+
+def remove_partial(path: Path) -> None:
+    logger.warning(f"removing incomplete checkpoint folder {path} before saving the same step again")
+    shutil.rmtree(path)
+
+
+def check_model_fits(metadata: Metadata, model_sd: dict[str, Any], path: Path,
+                     prefix: str = "model.") -> None:
+    """Raise ValueError naming the first key whose saved shape differs from the model's.
+
+    model_sd: the model's state dict as get_model_state_dict returns it (DTensor.shape is the
+    global shape, so this is layout-independent). Runs before any rank starts reading tensors.
+    """
+    saved = metadata.state_dict_metadata
+    hint = ("the checkpoint was saved by a model of another shape; check model.flavor and "
+            "model.overrides against the run that saved it")
+    for fqn, value in model_sd.items():
+        md = saved.get(prefix + fqn)
+        model_shape = tuple(value.shape) if isinstance(value, torch.Tensor) else None
+        if md is None:
+            raise ValueError(f"checkpoint {path}: key {fqn!r} of the model (shape {model_shape}) "
+                             f"is not in the checkpoint; {hint}")
+        if isinstance(md, BytesStorageMetadata) or model_shape is None:
+            if isinstance(md, TensorStorageMetadata) != (model_shape is not None):
+                raise ValueError(f"checkpoint {path}: key {fqn!r} is a tensor in only one of the "
+                                 f"checkpoint and the model; {hint}")
+            continue
+        saved_shape = tuple(md.size)
+        if saved_shape != model_shape:
+            raise ValueError(f"checkpoint {path}: key {fqn!r} has shape {saved_shape} in the "
+                             f"checkpoint but {model_shape} in the model; {hint}")
+    extra = [k[len(prefix):] for k in saved if k.startswith(prefix) and k[len(prefix):] not in model_sd]
+    if extra:
+        raise ValueError(f"checkpoint {path}: key {extra[0]!r} (shape "
+                         f"{tuple(getattr(saved[prefix + extra[0]], 'size', ()))}) is in the checkpoint "
+                         f"but not in the model ({len(extra)} such keys); {hint}")
+
+
+def section_template(metadata: Metadata, prefix: str) -> dict[str, Any]:
+    """A load target for the small sections (lr_scheduler, data, train, rng.rankR) built from what
+    was saved, so that a key added or dropped by another torch version does not break a resume.
+
+    Keys are the saved names without `prefix`; bytes items get None (DCP replaces them with the
+    unpickled object), tensors an empty tensor of the saved size and dtype.
+    """
+    out: dict[str, Any] = {}
+    for key, md in metadata.state_dict_metadata.items():
+        if not key.startswith(prefix):
+            continue
+        rest = key[len(prefix):]
+        if isinstance(md, TensorStorageMetadata):
+            out[rest] = torch.empty(tuple(md.size), dtype=md.properties.dtype)
+        else:
+            out[rest] = None
+    return out
+
+
+def has_section(metadata: Metadata, name: str) -> bool:
+    """Whether the checkpoint holds key `name` or keys under `name.`."""
+    return any(k == name or k.startswith(name + ".") for k in metadata.state_dict_metadata)
+
