@@ -64,7 +64,7 @@ class Trainer:
 
         # Data: every rank of one DP group (its cp x tp ranks) reads the same samples.
         t = cfg.training
-        dp_rank = self.mesh["dp"].get_local_rank() if self.dims.dp > 1 else 0
+        dp_rank = self.dims.get_mesh("dp").get_local_rank() if self.dims.dp > 1 else 0
         self.tokenizer = build_tokenizer(cfg.data.tokenizer)
         self.dataset = build_dataset(cfg.data, self.tokenizer, rank=self.rank)
         self.stream = SampleStream(self.dataset, t.seq_len, cfg.run.seed, dp_rank, self.dims.dp,
@@ -159,7 +159,7 @@ class Trainer:
             del logits, loss
         grad_norm = clip_grad_norm_(list(self.model.parameters()), self.cfg.training.max_norm)
         if self.dims.dp_cp > 1:
-            dist.all_reduce(loss_sum, group=self.mesh["dp_cp"].get_group())
+            dist.all_reduce(loss_sum, group=self.dims.get_mesh("dp_cp").get_group())
         loss_val, norm_val = torch.stack([loss_sum, grad_norm.to(loss_sum)]).tolist()
         if not (torch.isfinite(torch.tensor([loss_val, norm_val])).all()):
             raise NonFiniteError(

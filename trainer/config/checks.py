@@ -6,6 +6,7 @@ validate_config (for configs built in code). Each error names where the value ca
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Callable
 
@@ -97,10 +98,19 @@ def check_values(cfg: JobConfig) -> None:
                    "or turn async TP off")
     warmup, steps = cfg.lr_scheduler.warmup_steps, cfg.training.steps
     if warmup >= steps:
-        warnings.warn(
+        _warn_once(
             f"lr_scheduler.warmup_steps = {warmup} ({source_of(cfg, 'lr_scheduler.warmup_steps')}) "
             f">= training.steps = {steps}: the run ends before warm-up does, the lr never reaches "
-            "optimizer.lr",
-            UserWarning,
-            stacklevel=2,
-        )
+            "optimizer.lr")
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A config is checked several times per process (load, validate): say each thing once, on
+    rank 0 only, so a 64-rank launch prints one line instead of 128."""
+    if message in _WARNED or os.environ.get("RANK", "0") != "0":
+        return
+    _WARNED.add(message)
+    warnings.warn(message, UserWarning, stacklevel=3)

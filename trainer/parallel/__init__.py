@@ -11,9 +11,11 @@ from torch import nn
 
 from trainer.parallel.dims import ParallelDims
 from trainer.parallel.llama import parallelize_llama
+from trainer.parallel.moe import parallelize_moe
 
 PARALLELIZERS: dict[str, Callable[[nn.Module, ParallelDims, object], nn.Module]] = {
     "llama3": parallelize_llama,
+    "moe": parallelize_moe,
 }
 
 

@@ -44,6 +44,7 @@ class ParallelDims:
     ep: int
     world_size: int
     _mesh: DeviceMesh | None = field(default=None, repr=False)
+    _views: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._validate()
@@ -150,11 +151,21 @@ class ParallelDims:
         """Create the one DeviceMesh and its flattened views (needs an initialised process group)."""
         shape = (self.dp_replicate, self.dp_shard, self.cp, self.tp)
         mesh = init_device_mesh(device_type, shape, mesh_dim_names=MESH_AXES)
-        mesh[("dp_replicate", "dp_shard")]._flatten("dp")
-        mesh[("dp_shard", "cp")]._flatten("dp_shard_cp")
-        mesh[("dp_replicate", "dp_shard", "cp")]._flatten("dp_cp")
+        # Keep the flattened meshes: slicing them back out of the root mesh is deprecated (2.11).
+        self._views = {
+            "dp": mesh[("dp_replicate", "dp_shard")]._flatten("dp"),
+            "dp_shard_cp": mesh[("dp_shard", "cp")]._flatten("dp_shard_cp"),
+            "dp_cp": mesh[("dp_replicate", "dp_shard", "cp")]._flatten("dp_cp"),
+        }
         self._mesh = mesh
         return mesh
+
+    def get_mesh(self, name: str | tuple[str, ...]) -> DeviceMesh:
+        """A mesh axis ("tp", "cp", ...), a flattened view ("dp", "dp_shard_cp", "dp_cp"), or a tuple
+        of axes and views, e.g. ("dp_replicate", "dp_shard_cp") for HSDP."""
+        if isinstance(name, str):
+            return self._views[name] if name in self._views else self.mesh[name]
+        return self.mesh[name]
 
     @property
     def mesh(self) -> DeviceMesh:

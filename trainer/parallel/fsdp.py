@@ -48,7 +48,7 @@ def fsdp_mesh(dims: ParallelDims):
     """The mesh FSDP shards over: 1-D "dp_shard_cp", or 2-D for HSDP."""
     if dims.hsdp_enabled:
         return dims.mesh[("dp_replicate", "dp_shard_cp")]
-    return dims.mesh["dp_shard_cp"]
+    return dims.get_mesh("dp_shard_cp")
 
 
 def apply_fsdp(
@@ -92,6 +92,8 @@ def apply_fsdp(
             module.set_force_sum_reduction_for_comms(True)
             units += 1
     kind = "HSDP" if dims.hsdp_enabled else "FSDP2"
+    if not (dims.hsdp_enabled or dims.fsdp_enabled):
+        kind = "FSDP2 (mixed precision only; nothing to shard)"
     shape = (f"dp_replicate={dims.dp_replicate} x dp_shard_cp={dims.dp_shard * dims.cp}"
              if dims.hsdp_enabled else f"dp_shard_cp={dims.dp_shard * dims.cp}")
     logger.info(

@@ -55,7 +55,10 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
 
         apply_compile(model)
 
-    if dims.fsdp_enabled or dims.hsdp_enabled:
+    # A TP-only layout still gets FSDP, over its 1-rank "dp_shard_cp" mesh: that is what casts the
+    # parameters to bf16 for compute (MixedPrecisionPolicy), so TP-only runs in mixed precision like
+    # every other layout instead of silently in fp32 (torchtitan's behaviour).
+    if dims.fsdp_enabled or dims.hsdp_enabled or dims.tp_enabled:
         from trainer.parallel.fsdp import apply_fsdp
 
         apply_fsdp(
@@ -66,5 +69,5 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
             device_type=dev,
         )
     elif dims.world_size > 1:
-        logger.info("No data parallelism to apply (dp_replicate = dp_shard = cp = 1)")
+        logger.info("No data parallelism to apply (dp_replicate = dp_shard = cp = tp = 1)")
     return model

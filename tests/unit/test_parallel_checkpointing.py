@@ -1,0 +1,115 @@
+"""Activation checkpointing: same gradients in every mode, and each mode recomputes what it says.
+
+Recomputation is observed directly: a dispatch mode counts the aten ops that run during backward.
+Full checkpointing re-runs the block matmuls backward needs; selective per-op re-runs none of the
+matmuls or attention kernels but does re-run the cheap element-wise ops (SiLU); every-2nd-block
+re-runs the matmuls of half the blocks.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from trainer.models import FAMILIES
+from trainer.parallel.checkpointing import apply_ac, parse_ac
+
+N_LAYERS = 4
+# A block runs 7 matmuls (wq, wk, wv, wo, w1, w2, w3), but recomputation needs only 6: backward
+# never reads w2's output, and non-reentrant checkpointing stops recomputing once it has every
+# tensor backward needs.
+MM_PER_BLOCK = 6
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _model() -> torch.nn.Module:
+    fam = FAMILIES["llama3"]
+    args = fam.make_args("debug", {"dim": 64, "n_layers": N_LAYERS, "n_heads": 4,
+                                   "n_kv_heads": 2, "vocab_size": 128})
+    torch.manual_seed(0)
+    model = fam.model_cls(args)
+    model.init_weights()
+    return model
+
+
+def _backward_counts(model, tokens) -> tuple[Counter, dict[str, torch.Tensor]]:
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.flatten(0, 1), tokens.roll(-1, 1).flatten())
+    counter = _CountOps()
+    with counter:
+        loss.backward()
+    from trainer.models.llama import canonical_fqn
+
+    grads = {canonical_fqn(n): p.grad for n, p in model.named_parameters()}
+    return counter.counts, grads
+
+
+def _ac(mode: str, option: str = "op"):
+    return SimpleNamespace(mode=mode, selective_ac_option=option)
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    model = _model()
+    tokens = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(1))
+    counts, grads = _backward_counts(model, tokens)
+    return model, tokens, counts, grads
+
+
+@pytest.mark.parametrize(
+    "mode,option,recomputed_mm,recomputes_silu",
+    [
+        ("full", "op", MM_PER_BLOCK * N_LAYERS, True),
+        ("selective", "op", 0, True),
+        ("selective", "2", MM_PER_BLOCK * N_LAYERS // 2, True),
+    ],
+)
+def test_ac_modes_same_grads_and_expected_recompute(baseline, mode, option, recomputed_mm,
+                                                    recomputes_silu):
+    base_model, tokens, base_counts, base_grads = baseline
+    model = copy.deepcopy(base_model)
+    model.zero_grad(set_to_none=True)
+    apply_ac(model, _ac(mode, option))
+    wrapped = sum("CheckpointWrapper" in type(b).__name__ for b in model.layers.values())
+    assert wrapped == (N_LAYERS // 2 if option == "2" else N_LAYERS)
+    counts, grads = _backward_counts(model, tokens)
+    assert grads.keys() == base_grads.keys()
+    for fqn, g in grads.items():
+        torch.testing.assert_close(g, base_grads[fqn], rtol=1e-6, atol=1e-7, msg=fqn)
+    assert counts["mm"] - base_counts["mm"] == recomputed_mm
+    # The attention kernel (SDPA's CPU flash op) is saved by the per-op policy, recomputed by full.
+    attn = "_scaled_dot_product_flash_attention_for_cpu"
+    extra_attn = counts[attn] - base_counts[attn]
+    assert extra_attn == (0 if option == "op" and mode == "selective" else recomputed_mm // MM_PER_BLOCK)
+    assert (counts["silu"] > base_counts["silu"]) == recomputes_silu
+
+
+def test_ac_none_wraps_nothing(baseline):
+    model = copy.deepcopy(baseline[0])
+    apply_ac(model, _ac("none"))
+    assert not any("CheckpointWrapper" in type(b).__name__ for b in model.layers.values())
+
+
+@pytest.mark.parametrize("mode,option,match", [
+    ("partial", "op", "activation_checkpoint.mode = 'partial'"),
+    ("selective", "0", "selective_ac_option = '0'"),
+    ("selective", "every", "selective_ac_option = 'every'"),
+])
+def test_bad_ac_config_names_the_key(mode, option, match):
+    with pytest.raises(ValueError, match=match):
+        parse_ac(_ac(mode, option))
