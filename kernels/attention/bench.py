@@ -7,7 +7,9 @@ Shapes (bf16, causal, batch 1, seq 8192, head dim 128):
   docs     the anchor shape packed with documents of 512 tokens (triton vs SDPA with a bool mask)
 FLOPs: forward = 4 * B * Hq * S^2 * D / 2 (causal half; with documents the sum of L^2 / 2 over
 documents), forward+backward = 3.5 x forward. Times are the median of triton.testing.do_bench.
-`--sweep` also times every tile config of each Triton kernel on the anchor shape.
+Triton rows: the defaults (autotuned) and alternative triton_launch.SETTINGS (TRITON_VARIANTS,
+autotuned). `--sweep` first runs kernels/attention/bench_sweep.py (each variant and tile, kernel by
+kernel); the alternative rows are then the fastest combination per dQ mode, its tiles pinned.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +74,17 @@ def _measure(fn, q, k, v, do) -> tuple[float, float]:
     return fwd, both
 
 
-def _implementations(doc_len: int, doc_ids, mask):
+# Alternative Triton rows without a sweep (autotuned): label -> triton_launch.SETTINGS fields.
+TRITON_VARIANTS = {
+    "triton (atomic dQ)": dict(dq_mode="atomic", dkdv_heads_inner=True),
+    "triton (tma_atomic dQ, TMA bwd)": dict(dq_mode="tma_atomic", dkdv_heads_inner=True,
+                                            dkdv_tma=True),
+    "triton (recompute dQ, TMA bwd)": dict(dkdv_heads_inner=True, dkdv_tma=True, dq_tma=True),
+}
+
+
+def _implementations(doc_len: int, doc_ids, mask, variants: dict[str, dict]):
+    """label -> (fn(q, k, v), triton_launch.SETTINGS fields, or None for an SDPA row)."""
     from torch.nn.attention import SDPBackend
 
     from kernels.attention import attention
@@ -79,26 +92,29 @@ def _implementations(doc_len: int, doc_ids, mask):
     def tri(q, k, v):
         return attention(q, k, v, causal=True, doc_ids=doc_ids, backend="triton")
 
-    # Variant rows set triton_op.DQ_MODE = "atomic" / FWD_TMA = True around their measurement.
-    impls = {"triton": tri, "triton (atomic dQ)": tri, "triton (TMA fwd)": tri,
-             "triton (TMA fwd, atomic dQ)": tri}
+    impls = {"triton (defaults)": (tri, {})}
+    impls.update({label: (tri, fields) for label, fields in variants.items()})
     if doc_len:
         # SDPA's efficient backend takes a mask but no enable_gqa, so K/V are expanded.
         efficient = _sdpa(SDPBackend.EFFICIENT_ATTENTION, expand=True)
-        impls["sdpa efficient, bool mask (K/V expanded)"] = lambda q, k, v: efficient(q, k, v, mask)
+        impls["sdpa efficient, bool mask (K/V expanded)"] = (
+            lambda q, k, v: efficient(q, k, v, mask), None)
         return impls
     for name, backend in [("sdpa cudnn", SDPBackend.CUDNN_ATTENTION),
                           ("sdpa flash", SDPBackend.FLASH_ATTENTION)]:
         native, expanded = _sdpa(backend, expand=False), _sdpa(backend, expand=True)
-        impls[name] = lambda q, k, v, f=native: f(q, k, v, None)
-        impls[name + " (K/V expanded)"] = lambda q, k, v, f=expanded: f(q, k, v, None)
+        impls[name] = (lambda q, k, v, f=native: f(q, k, v, None), None)
+        impls[name + " (K/V expanded)"] = (lambda q, k, v, f=expanded: f(q, k, v, None), None)
     return impls
 
 
 def _bench_shape(name: str, rows: list[str], shape: tuple, device: str = "cuda",
-                 dtype: torch.dtype = torch.bfloat16) -> None:
-    from kernels.attention import attention, triton_op
+                 dtype: torch.dtype = torch.bfloat16, variants: dict[str, dict] | None = None,
+                 out=None) -> None:
+    """Append the table rows of one shape to `rows`; out(row) also prints each as it completes."""
+    from kernels.attention import attention, triton_launch
 
+    variants = TRITON_VARIANTS if variants is None else variants
     b, hq, hkv, s, d, doc_len = shape
     g = torch.Generator(device=device).manual_seed(0)
     q, k, v, do = (torch.randn(b, s, h, d, device=device, generator=g).to(dtype)
@@ -111,66 +127,39 @@ def _bench_shape(name: str, rows: list[str], shape: tuple, device: str = "cuda",
     flops = _flops_fwd(b, hq, s, d, doc_len)
     with torch.no_grad():
         ref = attention(q, k, v, causal=True, doc_ids=doc_ids, backend="triton")
-    for impl, fn in _implementations(doc_len, doc_ids, mask).items():
-        triton_op.DQ_MODE = "atomic" if "atomic" in impl else "recompute"
-        triton_op.FWD_TMA = "TMA" in impl
+    for impl, (fn, fields) in _implementations(doc_len, doc_ids, mask, variants).items():
         try:
-            with torch.no_grad():
-                err = (fn(q, k, v).float() - ref.float()).abs().max().item()
-            fwd, both = _measure(fn, q, k, v, do)
+            with triton_launch.settings(**(fields or {})):
+                with torch.no_grad():
+                    err = (fn(q, k, v).float() - ref.float()).abs().max().item()
+                fwd, both = _measure(fn, q, k, v, do)
         except RuntimeError as e:  # a backend that cannot run this shape: say why, keep going
-            rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:60]} | | | | |")
-            torch.cuda.empty_cache()
-            continue
-        finally:
-            triton_op.DQ_MODE = "recompute"
-            triton_op.FWD_TMA = False
-        tf_f, tf_b = flops / fwd / 1e9, 3.5 * flops / both / 1e9
-        rows.append(f"| {name} | {impl} | {fwd:.3f} | {tf_f:.0f} | {both:.3f} | {tf_b:.0f} "
-                    f"({100 * tf_b / MATMUL_CEILING:.0f}%) | {err:.1e} |")
+            row = f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:60]} | | | | |"
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        else:
+            tf_f, tf_b = flops / fwd / 1e9, 3.5 * flops / both / 1e9
+            row = (f"| {name} | {impl} | {fwd:.3f} | {tf_f:.0f} | {both:.3f} | {tf_b:.0f} "
+                   f"({100 * tf_b / MATMUL_CEILING:.0f}%) | {err:.1e} |")
+        rows.append(row)
+        if out is not None:
+            out(row)
 
 
-def _sweep(rows: list[str], shape: tuple, device: str = "cuda",
-           dtype: torch.dtype = torch.bfloat16) -> None:
-    """Each tile config of each Triton kernel pinned in turn (the others autotuned)."""
-    from kernels.attention import attention_bwd, attention_fwd, triton_bwd, triton_fwd, triton_op
-
-    b, hq, hkv, s, d, _ = shape
-    q, k, v, do = (torch.randn(b, s, h, d, device=device).to(dtype) for h in (hq, hkv, hkv, hq))
-    flops = _flops_fwd(b, hq, s, d, 0)
-    out, lse = attention_fwd(q, k, v, causal=True, backend="triton")
-    kernels = [("fwd", triton_fwd.FWD_CONFIGS, 1.0, ""),
-               ("fwd", triton_fwd.FWD_CONFIGS, 1.0, "TMA"),
-               ("dkdv", triton_bwd.DKDV_CONFIGS, 2.5, ""),
-               ("dkdv", triton_bwd.DKDV_CONFIGS, 2.5, "atomic dQ"),
-               ("dq", triton_bwd.DQ_CONFIGS, 2.5, "")]
-    for name, configs, mult, variant in kernels:
-        label = name + (f" ({variant})" if variant else "")
-        for c in configs:
-            key = (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
-            triton_op.CONFIG_OVERRIDE[name] = key
-            triton_op.DQ_MODE = "atomic" if variant == "atomic dQ" else "recompute"
-            triton_op.FWD_TMA = variant == "TMA"
-            try:
-                if name == "fwd":
-                    ms = _time(lambda: attention_fwd(q, k, v, causal=True, backend="triton"))
-                else:
-                    ms = _time(lambda: attention_bwd(do, q, k, v, out, lse, causal=True,
-                                                     backend="triton"))
-                rows.append(f"| {label} | {key} | {ms:.3f} | {mult * flops / ms / 1e9:.0f} |")
-            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: report, go on
-                rows.append(f"| {label} | {key} | n/a: {type(e).__name__}: {str(e)[:50]} | |")
-            finally:
-                triton_op.CONFIG_OVERRIDE.pop(name, None)
-                triton_op.DQ_MODE = "recompute"
-                triton_op.FWD_TMA = False
+def _print(line: str) -> None:
+    print(line, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernels.bench attention")
     parser.add_argument("--shapes", default="anchor,8b,70b-tp8,docs",
                         help=f"comma-separated subset of {','.join(SHAPES)}")
-    parser.add_argument("--sweep", action="store_true", help="also time every Triton tile config")
+    parser.add_argument("--sweep", action="store_true",
+                        help="first time each Triton variant and tile kernel by kernel "
+                             "(kernels/attention/bench_sweep.py); the table then compares the "
+                             "fastest combination per dQ mode")
+    parser.add_argument("--budget-s", type=float, default=200.0,
+                        help="sweep entries that would start after this many seconds are skipped")
     args = parser.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     bad = [s for s in shapes if s not in SHAPES]
@@ -181,28 +170,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import triton
 
-    from kernels.attention import triton_bwd, triton_fwd
+    from kernels.attention import bench_sweep, triton_bwd, triton_fwd, triton_launch
 
-    print(f"# attention: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"triton {triton.__version__}, python {platform.python_version()}")
-    print(f"command: python -m kernels.bench attention {' '.join(argv or sys.argv[2:])}\n")
+    start = time.perf_counter()
+    _print(f"# attention: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+           f"triton {triton.__version__}, python {platform.python_version()}")
+    _print(f"command: python -m kernels.bench attention {' '.join(argv or sys.argv[2:])}")
+    _print(f"defaults: {triton_launch.SETTINGS}")
+    variants = None
+    if args.sweep:
+        combos = bench_sweep.run(SHAPES["anchor"], SHAPES["70b-tp8"], args.budget_s, out=_print)
+        variants = {f"triton best {mode} (sweep tiles)": fields for mode, fields in combos.items()}
+    _print("\n## table\n")
     rows = ["| shape | implementation | fwd ms | fwd TFLOP/s | fwd+bwd ms | "
             "fwd+bwd TFLOP/s (% of 751 matmul) | max abs diff vs triton |",
             "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        _print(row)
     for name in shapes:
-        _bench_shape(name, rows, SHAPES[name])
-    print("\n".join(rows))
-    print("\nautotuned configs (BLOCK_M, BLOCK_N, warps, stages) per key:")
-    tuned_kernels = [("fwd", triton_fwd.attn_fwd_tuned), ("dkdv", triton_bwd.attn_bwd_dkdv_tuned),
-                     ("dq", triton_bwd.attn_bwd_dq_tuned)]
+        _bench_shape(name, rows, SHAPES[name], variants=variants, out=_print)
+    _print("\nautotuned configs (BLOCK_M, BLOCK_N, warps, stages) per key:")
+    tuned_kernels = [("fwd", triton_fwd.attn_fwd_tuned), ("fwd TMA", triton_fwd.attn_fwd_tma_tuned),
+                     ("dkdv", triton_bwd.attn_bwd_dkdv_tuned), ("dq", triton_bwd.attn_bwd_dq_tuned)]
     for label, tuned in tuned_kernels:
         for key, cfg in getattr(tuned, "cache", {}).items():
-            print(f"  {label} {key}: {cfg}")
-    if args.sweep:
-        rows = ["| pinned kernel | (BLOCK_M, BLOCK_N, warps, stages) | ms (fwd, or whole bwd) "
-                "| TFLOP/s |", "|---|---|---|---|"]
-        _sweep(rows, SHAPES["anchor"])
-        print("\n" + "\n".join(rows))
+            _print(f"  {label} {key}: {cfg}")
+    _print(f"\n(total {time.perf_counter() - start:.0f} s)")
     return 0
 
 

@@ -167,15 +167,14 @@ def attn_fwd_kernel(
     tl.store(Lse + pid_bh.to(tl.int64) * Sq + offs_m, lse, mask=q_ok)
 
 
-# Tile configs for H100/H200 (hdim 64/128): few enough to tune in seconds.
+# Tile configs for H100/H200 (hdim 64/128), (BLOCK_M, BLOCK_N, warps, stages): few enough to tune
+# in seconds. Measured on H200 (docs/perf/2026-11-30_h200_attention.txt): pointer loads tuned to
+# (128, 64, 8, 3), TMA loads to (64, 64, 4, 3).
+FWD_TILES = [(128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3)]
 FWD_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-    for bm, bn, w, s in [
-        (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 128, 8, 3),
-        (128, 64, 8, 4), (64, 64, 4, 3),
-    ]
+    for bm, bn, w, s in FWD_TILES
 ]
-
 
 
 def set_tma_blocks(nargs: dict) -> None:

@@ -21,10 +21,10 @@ PINNED = {"fwd": (128, 64, 8, 3), "dkdv": (64, 128, 8, 2), "dq": (128, 64, 8, 2)
 
 @pytest.fixture(autouse=True)
 def pinned_configs(request, monkeypatch):
-    from kernels.attention import triton_op
+    from kernels.attention import triton_launch
 
     if "autotuned" not in request.node.name:
-        monkeypatch.setattr(triton_op, "CONFIG_OVERRIDE", dict(PINNED))
+        monkeypatch.setattr(triton_launch.SETTINGS, "config_override", dict(PINNED))
     yield
 
 
@@ -144,19 +144,31 @@ def test_torch_compile_matches_eager():
         assert _rel(got, want) < 1e-6  # same kernels, same configs: equal up to reduction order
 
 
-@pytest.mark.parametrize("docs", [False, True])
-def test_tma_forward_and_atomic_dq_variants_match_default(docs, monkeypatch):
-    from kernels.attention import triton_op
+VARIANTS = {  # name -> triton_launch.SETTINGS fields, each against the defaults
+    "pointer-fwd": dict(fwd_tma=False),
+    "atomic": dict(dq_mode="atomic", dkdv_heads_inner=True),
+    "tma-atomic": dict(dq_mode="tma_atomic", dkdv_heads_inner=True, dkdv_tma=True),
+    "tma-atomic-pointers": dict(dq_mode="tma_atomic"),
+    "recompute-tma": dict(dkdv_heads_inner=True, dkdv_tma=True, dq_tma=True),
+}
+
+
+@pytest.mark.parametrize("docs", [False, True], ids=["causal", "documents"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_variants_match_default(variant, docs, monkeypatch):
+    """Every alternative of triton_launch.SETTINGS (TMA loads, atomic and TMA-reduced dQ, loop
+    order) against the defaults, in bf16 with batch and sequence tails (B 2, S 4099)."""
+    from kernels.attention import triton_launch
 
     q, k, v, do = _inputs(2, 4099, 4099, 16, 2, 128, seed=6)
     doc = _docs(2, 4099, seed=3) if docs else None
     kw = dict(causal=True, q_doc=doc, kv_doc=doc, backend="triton")
     out, lse = attention_fwd(q, k, v, **kw)
     grads = attention_bwd(do, q, k, v, out, lse, **kw)
-    monkeypatch.setattr(triton_op, "FWD_TMA", True)
-    monkeypatch.setattr(triton_op, "DQ_MODE", "atomic")
-    assert triton_op._tma_descriptors(q, k, v) is not None
+    for name, value in VARIANTS[variant].items():
+        monkeypatch.setattr(triton_launch.SETTINGS, name, value)
     out2, lse2 = attention_fwd(q, k, v, **kw)
     assert _rel(out2, out) < 1e-3 and _rel(lse2, lse) < 1e-6
-    for got, want in zip(attention_bwd(do, q, k, v, out, lse, **kw), grads):
-        assert _rel(got, want) < 5e-3
+    for name, got, want in zip(("dq", "dk", "dv"), attention_bwd(do, q, k, v, out, lse, **kw),
+                               grads):
+        assert _rel(got, want) < 5e-3, f"{name}: {_rel(got, want):.2e}"

@@ -1,6 +1,6 @@
-"""kernels/attention/bench.py on CPU: every code path of the table and the sweep runs (timing is
-stubbed, Triton runs interpreted, SDPA backends that need CUDA report n/a), so a GPU run of the
-benchmark does not die on a Python error."""
+"""kernels/attention/bench.py and bench_sweep.py on CPU: every code path of the table and the sweep
+runs (timing is stubbed, Triton runs interpreted, SDPA backends that need CUDA report n/a), so a
+GPU run of the benchmark does not die on a Python error."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ import torch  # noqa: E402
 
 pytest.importorskip("triton")
 
-from kernels.attention import bench, triton_bwd, triton_fwd, triton_op  # noqa: E402
+from kernels.attention import bench, bench_sweep, triton_launch  # noqa: E402
+from kernels.attention import triton_bwd, triton_fwd  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def interpreted_stub_timing(monkeypatch):
-    if not triton_op.interpreted():
+    if not triton_launch.interpreted():
         importlib.reload(triton_fwd)
         importlib.reload(triton_bwd)
     calls = []
@@ -36,25 +37,45 @@ def interpreted_stub_timing(monkeypatch):
 
 def test_table_rows_for_plain_and_document_shapes(interpreted_stub_timing):
     rows: list[str] = []
+    before = repr(triton_launch.SETTINGS)
     bench._bench_shape("tiny", rows, (1, 4, 2, 40, 16, 0), device="cpu", dtype=torch.float16)
     bench._bench_shape("tiny-docs", rows, (1, 4, 2, 40, 16, 8), device="cpu", dtype=torch.float16)
     text = "\n".join(rows)
-    assert text.count("| tiny | triton |") == 1 and "| tiny | triton (atomic dQ) |" in text
-    assert "| tiny | triton (TMA fwd, atomic dQ) |" in text
-    assert "| tiny-docs | triton |" in text and "sdpa efficient, bool mask" in text
+    for label in ["triton (defaults)", *bench.TRITON_VARIANTS]:
+        assert text.count(f"| tiny | {label} |") == 1, label
+        assert f"| tiny-docs | {label} |" in text, label
+    assert "sdpa efficient, bool mask" in text
     assert "sdpa cudnn" in text  # measured on CUDA, "n/a: ..." on CPU
-    assert triton_op.DQ_MODE == "recompute" and not triton_op.FWD_TMA  # restored after variants
+    assert not any("n/a" in r for r in rows if "| triton" in r)
+    assert repr(triton_launch.SETTINGS) == before  # variants restored the defaults
     assert interpreted_stub_timing  # the timed closures really ran
 
 
-def test_sweep_rows_cover_every_config():
-    rows: list[str] = []
-    bench._sweep(rows, (1, 2, 1, 32, 16, 0), device="cpu", dtype=torch.float16)
-    expected = 2 * len(triton_fwd.FWD_CONFIGS) + 2 * len(triton_bwd.DKDV_CONFIGS)
-    assert len(rows) == expected + len(triton_bwd.DQ_CONFIGS)
-    assert not any("n/a" in r for r in rows)
-    assert triton_op.CONFIG_OVERRIDE == {} and triton_op.DQ_MODE == "recompute"
-    assert not triton_op.FWD_TMA
+def test_sweep_runs_every_entry_and_combines_the_fastest():
+    lines: list[str] = []
+    combos = bench_sweep.run((1, 4, 1, 40, 16, 0), (1, 4, 1, 24, 16, 0), budget_s=1e9,
+                             out=lines.append, device="cpu", dtype=torch.float32)
+    text = "\n".join(lines)
+    n_entries = len(bench_sweep.ENTRIES)
+    entry_rows = [ln for ln in lines if ln.startswith("| fwd |") or ln.startswith("| pre |")
+                  or ln.startswith("| dkdv |") or ln.startswith("| dq |")]
+    assert len(entry_rows) == n_entries and "n/a" not in text and "skipped" not in text.split(
+        "dK/dV split")[0]
+    # Every variant computes what the first entry of its kernel computes (fp32 inputs here).
+    for row in entry_rows:
+        err = row.strip().strip("|").split("|")[-1].strip()
+        assert err in ("", "baseline") or float(err) < 1e-5, row
+    assert set(combos) == {"recompute", "atomic", "tma_atomic"}
+    assert all(set(c["config_override"]) >= {"fwd", "dkdv"} for c in combos.values())
+    assert text.count("| recompute | 1 |") == 1 and "| tma_atomic | 4 |" in text
+    assert triton_launch.SETTINGS == triton_launch.Settings()
+
+
+def test_sweep_budget_skips_entries():
+    lines: list[str] = []
+    bench_sweep.run((1, 2, 1, 16, 16, 0), (1, 2, 1, 16, 16, 0), budget_s=-1.0, out=lines.append,
+                    device="cpu", dtype=torch.float32)
+    assert sum("skipped (time budget)" in ln for ln in lines) == len(bench_sweep.ENTRIES)
 
 
 def test_flops_count_documents_within_documents():

@@ -1,6 +1,6 @@
 """Triton attention kernels in Triton's CPU interpreter against the fp32 reference.
 
-TRITON_INTERPRET=1 must be set before the kernels are decorated (when kernels.attention.triton_op
+TRITON_INTERPRET=1 must be set before the kernels are decorated (when kernels.attention.triton_fwd
 is first imported), so it is set here at import time. The interpreter computes bf16 tl.dot wrongly
 on this stack, so fp32 and fp16 are tested here and bf16 in tests/gpu/test_attention_gpu.py.
 The interpreter runs query/key blocks of 32/16 (forward, dQ) and 16/32 (dK/dV): small odd lengths
@@ -22,17 +22,23 @@ import torch  # noqa: E402
 pytest.importorskip("triton")
 
 from kernels.attention import attention, attention_bwd, attention_fwd, merge_partials  # noqa: E402
-from kernels.attention import triton_blocks, triton_bwd, triton_fwd, triton_op  # noqa: E402
+from kernels.attention import triton_blocks, triton_bwd, triton_fwd, triton_launch  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def interpreted_kernels():
     """If another test module imported the kernels compiled, re-decorate them interpreted."""
-    if not triton_op.interpreted():
+    if not triton_launch.interpreted():
         importlib.reload(triton_fwd)
         importlib.reload(triton_bwd)
-    assert triton_op.interpreted()
+    assert triton_launch.interpreted()
     yield
+
+
+def _set(monkeypatch, **fields):
+    """Change triton_launch.SETTINGS fields for one test."""
+    for name, value in fields.items():
+        monkeypatch.setattr(triton_launch.SETTINGS, name, value)
 
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (4e-3, 4e-3)}  # (atol, rtol) of out and lse
 GRAD_TOL = {torch.float32: (2e-4, 2e-4), torch.float16: (1.5e-2, 1e-2)}
@@ -86,10 +92,29 @@ def test_forward_and_backward_match_reference(case):
         torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol, msg=name)
 
 
-@pytest.mark.parametrize("case", [CASES[2], CASES[6], CASES[8]], ids=["gqa8", "sq>skv", "docs"])
-def test_atomic_dq_variant_matches_reference(case, monkeypatch):
-    """DQ_MODE "atomic": dQ accumulated with fp32 atomics inside the dK/dV kernel."""
-    monkeypatch.setattr(triton_op, "DQ_MODE", "atomic")
+BWD_VARIANTS = {  # name -> SETTINGS fields of a backward variant
+    "atomic": dict(dq_mode="atomic"),
+    "tma-atomic": dict(dq_mode="tma_atomic"),
+    "heads-inner": dict(dkdv_heads_inner=True),
+    "tma-loads": dict(dkdv_tma=True, dq_tma=True),
+    "all": dict(dq_mode="tma_atomic", dkdv_tma=True, dkdv_heads_inner=True),
+}
+VARIANT_CASES = [  # (variant, case): every variant meets GQA, Sq != Skv, batch tails and documents
+    ("atomic", CASES[2]), ("atomic", CASES[6]), ("atomic", CASES[8]),
+    ("tma-atomic", CASES[1]), ("tma-atomic", CASES[5]), ("tma-atomic", CASES[8]),
+    ("heads-inner", CASES[2]), ("heads-inner", CASES[6]), ("heads-inner", CASES[9]),
+    ("tma-loads", CASES[1]), ("tma-loads", CASES[5]), ("tma-loads", CASES[8]),
+    ("all", CASES[1]), ("all", CASES[3]), ("all", CASES[6]), ("all", CASES[9]),
+]
+
+
+@pytest.mark.parametrize(
+    "variant,case", VARIANT_CASES,
+    ids=[f"{v}-" + "-".join(map(str, c)).replace("torch.", "") for v, c in VARIANT_CASES],
+)
+def test_backward_variants_match_reference(variant, case, monkeypatch):
+    """dQ by element or TMA atomics, Q/dO and K/V through TMA descriptors, heads-inner order."""
+    _set(monkeypatch, **BWD_VARIANTS[variant])
     b, sq, skv, hq, hkv, d, causal, dtype, doc_len = case
     q, k, v, do = _inputs(b, sq, skv, hq, hkv, d, dtype, seed=sq + 1)
     docs = (_docs(b, sq, doc_len, 1),) * 2 if doc_len else (None, None)
@@ -99,24 +124,39 @@ def test_atomic_dq_variant_matches_reference(case, monkeypatch):
     ref_grads = attention_bwd(do, q, k, v, out, lse, backend="reference", **kw)
     atol, rtol = GRAD_TOL[dtype]
     for name, got, want in zip("dq dk dv".split(), grads, ref_grads):
-        assert got.dtype == dtype, name
+        assert got.dtype == dtype and got.is_contiguous(), name
         torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=rtol, msg=name)
 
 
+def test_deterministic_mode_forces_recompute(monkeypatch):
+    _set(monkeypatch, dq_mode="tma_atomic")
+    assert triton_launch.dq_mode() == "tma_atomic"
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert triton_launch.dq_mode() == "recompute"
+    finally:
+        torch.use_deterministic_algorithms(False)
+    _set(monkeypatch, dq_mode="fast")
+    with pytest.raises(ValueError, match="dq_mode is 'fast'; valid: recompute, atomic"):
+        triton_launch.dq_mode()
+
+
 @pytest.mark.parametrize(
-    "case,fused_qkv",
-    [(CASES[1], False), (CASES[1], True), (CASES[5], False), (CASES[9], True)],
-    ids=["gqa4", "gqa4-fused-qkv", "sq<skv", "docs-fused-qkv"],
+    "case,fused_qkv,tma",
+    [(CASES[1], False, False), (CASES[1], True, True), (CASES[5], False, True),
+     (CASES[9], True, True), (CASES[9], False, False)],
+    ids=["gqa4-pointers", "gqa4-fused-qkv", "sq<skv", "docs-fused-qkv", "docs-pointers"],
 )
-def test_tma_forward_matches_reference(case, fused_qkv, monkeypatch):
-    """FWD_TMA: Q/K/V through 2-D tensor descriptors; batch tails read the next batch's rows."""
-    monkeypatch.setattr(triton_op, "FWD_TMA", True)
+def test_forward_load_paths_match_reference(case, fused_qkv, tma, monkeypatch):
+    """fwd_tma: Q/K/V through 2-D tensor descriptors (batch tails read the next batch's rows), or
+    pointer loads; the default (TMA) also runs in every case of the test above."""
+    _set(monkeypatch, fwd_tma=tma)
     b, sq, skv, hq, hkv, d, causal, dtype, doc_len = case
     q, k, v, _ = _inputs(b, sq, skv, hq, hkv, d, dtype, seed=sq + 2)
     if fused_qkv:  # q, k, v as head slices of one (B, S, Hq + 2 Hkv, D) projection output
         qkv = torch.cat([q, k, v], dim=2)
         q, k, v = qkv[:, :, :hq], qkv[:, :, hq:hq + hkv], qkv[:, :, hq + hkv:]
-    assert triton_op._tma_descriptors(q, k, v) is not None
+    assert all(triton_launch.descriptor(t) is not None for t in (q, k, v))  # fused slices too
     docs = (_docs(b, sq, doc_len, 1),) * 2 if doc_len else (None, None)
     kw = dict(causal=causal, q_doc=docs[0], kv_doc=docs[1])
     out, lse = attention_fwd(q, k, v, backend="triton", **kw)
@@ -128,11 +168,11 @@ def test_tma_forward_matches_reference(case, fused_qkv, monkeypatch):
     torch.testing.assert_close(lse[live], ref_lse[live], atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("split,dq_mode", [(2, "recompute"), (4, "atomic")])
-def test_dkdv_split_over_the_query_head_group(split, dq_mode, monkeypatch):
+@pytest.mark.parametrize("split,dq_mode,heads_inner",
+                         [(2, "recompute", False), (4, "atomic", True), (2, "tma_atomic", True)])
+def test_dkdv_split_over_the_query_head_group(split, dq_mode, heads_inner, monkeypatch):
     """Few KV heads: the group's query heads are spread over `split` programs, then summed."""
-    monkeypatch.setattr(triton_op, "DKDV_SPLIT", split)
-    monkeypatch.setattr(triton_op, "DQ_MODE", dq_mode)
+    _set(monkeypatch, dkdv_split=split, dq_mode=dq_mode, dkdv_heads_inner=heads_inner)
     q, k, v, do = _inputs(1, 45, 45, 4, 1, 16, torch.float32, seed=21)
     out, lse = attention_fwd(q, k, v, causal=True, backend="reference")
     grads = attention_bwd(do, q, k, v, out, lse, causal=True, backend="triton")
