@@ -27,13 +27,14 @@ Composition:
   the unsharded ones: tensorwise for any sharded tensor, rowwise when the contraction dimension is
   sharded (RowwiseParallel's W and x, ColwiseParallel's grad_out and W in the backward). Supported
   per mesh axis: (x Replicate, W Shard(0)) = ColwiseParallel, (x Shard(-1), W Shard(1)) =
-  RowwiseParallel, (x Shard(batch/seq), W Replicate), and all-Replicate. A 2-rank gloo test
-  (tests/unit/test_float8.py) checks TP and TP+SP against one rank.
-- Data parallelism (FSDP2): each rank scales its own tokens, as in torchao: rowwise forward outputs
-  equal one rank's, tensorwise activation scales and grad_weight scales (per column over the local
-  tokens) differ, so DP losses match one rank to FP8 noise (~1e-3 relative), not bitwise.
+  RowwiseParallel, (x Shard(batch/seq), W Replicate), and all-Replicate.
+- Data parallelism (FSDP2): each rank scales its own tokens, as in torchao: the rowwise forward and
+  grad_input are per token, so they equal one rank's; grad_weight's scales (per feature over the
+  local tokens) and tensorwise activation scales differ, so DP matches one rank to FP8 noise, not
+  bitwise. tests/distributed/test_float8_distributed.py runs the Trainer on 2 gloo ranks (FSDP2, TP,
+  TP + compile) against 1 rank and explains each tolerance.
 - torch.compile: no data-dependent Python control flow; the only branches are on device type, dtype
-  and shapes (guards).
+  and shapes (guards). Inductor fuses each "torch"-backend quantization into one kernel.
 """
 
 from __future__ import annotations

@@ -3,15 +3,25 @@
 Shapes are (M tokens, K in, N out) of Llama-3 linears at 8192 tokens, plus 8192^3:
   8B:  wq/wo 4096->4096, wk/wv 4096->1024, w1/w3 4096->14336, w2 14336->4096
   70B: wq/wo 8192->8192, wk/wv 8192->1024, w1/w3 8192->28672, w2 28672->8192
-TFLOP/s = 2 M N K / median time (triton.testing.do_bench) on random data; quantization is not
-timed (GEMM only). "fast" columns use fast accumulation (no fp32 promotion) on both sides; "promo"
-columns promote to fp32 every 128 of K (cuBLAS use_fast_accum=False; Triton max_num_imprecise_acc).
-The last column is the max relative error of Triton rowwise against torch._scaled_mm rowwise.
+TFLOP/s = 2 M N K / median time on random data; quantization is not timed (GEMM only). "fast"
+columns use fast accumulation (no fp32 promotion) on both sides; "promo" columns promote to fp32 every
+128 of K (cuBLAS use_fast_accum=False; Triton max_num_imprecise_acc). The Triton columns call the
+eager path of kernels.fp8.scaled_mm (no custom-op dispatch), as Float8Linear does.
+
+Two timers (--timer):
+- "graph": triton.testing.do_bench_cudagraph, one CUDA graph of many calls: GPU time only.
+- "events": triton.testing.do_bench, CUDA events around each call after an L2 flush (the timer of
+  the first H200 run). When a call's host time (Python, launch) exceeds the GPU time of the L2 flush
+  plus the GEMM, the GPU idles inside the timed window and the small shapes read low.
+The host time per call (us, GPU kept busy so the launches only queue) and the autotuner's pick per
+shape are printed after the tables, so that slow cells can be told apart: host-bound or kernel-bound.
+"max rel err" is Triton rowwise promo vs torch._scaled_mm rowwise promo, relative to the largest |out|.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 
@@ -24,13 +34,12 @@ SHAPES = {
 }
 COLUMNS = ["bf16 mm", "scaled_mm tw fast", "triton tw fast", "scaled_mm rw fast", "triton rw fast",
            "scaled_mm rw promo", "triton rw promo"]
+TRITON_COLUMNS = [c for c in COLUMNS if c.startswith("triton")]
 
 
-def _bench_shape(M: int, K: int, N: int, warmup: int, rep: int) -> tuple[list[float], float]:
-    import triton.testing
-
+def _fns(M: int, K: int, N: int) -> dict:
+    from kernels import fp8
     from kernels.fp8 import reference as R
-    from kernels.fp8.gemm_fp8_sm90 import fp8_gemm
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, K, device="cuda", generator=g).bfloat16()
@@ -41,32 +50,61 @@ def _bench_shape(M: int, K: int, N: int, warmup: int, rep: int) -> tuple[list[fl
     qw_r, sw_r = R.quantize_rowwise(w)
     sw_r = sw_r.reshape(1, -1)
     bf16 = torch.bfloat16
-    fns = {
+
+    def triton(a, b, sa, sb, fast):
+        return lambda: fp8.scaled_mm(a, b, sa, sb, bf16, fast, "triton")
+
+    def cublas(a, b, sa, sb, fast):
+        return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=bf16, use_fast_accum=fast)
+
+    return {
         "bf16 mm": lambda: x @ w.t(),
-        "scaled_mm tw fast": lambda: torch._scaled_mm(qx_t, qw_t.t(), sx_t, sw_t, out_dtype=bf16,
-                                                      use_fast_accum=True),
-        "triton tw fast": lambda: fp8_gemm(qx_t, qw_t.t(), sx_t, sw_t, bf16, True),
-        "scaled_mm rw fast": lambda: torch._scaled_mm(qx_r, qw_r.t(), sx_r, sw_r, out_dtype=bf16,
-                                                      use_fast_accum=True),
-        "triton rw fast": lambda: fp8_gemm(qx_r, qw_r.t(), sx_r, sw_r, bf16, True),
-        "scaled_mm rw promo": lambda: torch._scaled_mm(qx_r, qw_r.t(), sx_r, sw_r, out_dtype=bf16,
-                                                       use_fast_accum=False),
-        "triton rw promo": lambda: fp8_gemm(qx_r, qw_r.t(), sx_r, sw_r, bf16, False),
+        "scaled_mm tw fast": cublas(qx_t, qw_t.t(), sx_t, sw_t, True),
+        "triton tw fast": triton(qx_t, qw_t.t(), sx_t, sw_t, True),
+        "scaled_mm rw fast": cublas(qx_r, qw_r.t(), sx_r, sw_r, True),
+        "triton rw fast": triton(qx_r, qw_r.t(), sx_r, sw_r, True),
+        "scaled_mm rw promo": cublas(qx_r, qw_r.t(), sx_r, sw_r, False),
+        "triton rw promo": triton(qx_r, qw_r.t(), sx_r, sw_r, False),
     }
-    flops = 2.0 * M * N * K
-    tflops = []
-    for name in COLUMNS:
-        ms = triton.testing.do_bench(fns[name], warmup=warmup, rep=rep, return_mode="median")
-        tflops.append(flops / (ms * 1e-3) / 1e12)
-    ref = fns["scaled_mm rw promo"]().float()
-    err = ((fns["triton rw promo"]().float() - ref).abs().max() / ref.abs().max()).item()
-    return tflops, err
+
+
+def _tuned_pick(fn) -> str:
+    """Run fn once (autotuning its key if new) and describe the chosen config and the spread."""
+    from kernels.fp8.gemm_fp8_sm90 import _fp8_gemm_tuned
+
+    _fp8_gemm_tuned.configs_timings = None
+    fn()
+    torch.cuda.synchronize()
+    best = _fp8_gemm_tuned.best_config
+    k = best.kwargs
+    pick = (f"{k['BLOCK_M']}x{k['BLOCK_N']}x{k['BLOCK_K']}{'s' if k['EPILOGUE_SPLIT'] else ''}"
+            f"/w{best.num_warps}/st{best.num_stages}")
+    timings = getattr(_fp8_gemm_tuned, "configs_timings", None)
+    if timings:  # {config: [median, p20, p80] ms}; the slowest vs the chosen one
+        t = sorted(v[0] if isinstance(v, (list, tuple)) else v for v in timings.values())
+        pick += f" (of {len(t)}; slowest x{t[-1] / t[0]:.2f})"
+    return pick
+
+
+def _host_us(fn, calls: int = 100) -> float:
+    """Host time per call in us: the GPU first spins ~50 ms, so the launches below only queue."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)  # ~50 ms at ~2 GHz
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    dt = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return dt / calls * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kernels.bench fp8_gemm", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="square,8b,70b", help="comma list of: " + ", ".join(SHAPES))
+    p.add_argument("--timer", default="both", choices=("graph", "events", "both"),
+                   help="graph: GPU time (CUDA graph replay); events: do_bench (L2 flushed per call)")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up time (ms)")
     p.add_argument("--rep", type=int, default=100, help="do_bench measuring time (ms)")
     args = p.parse_args(argv)
@@ -78,14 +116,50 @@ def main(argv: list[str] | None = None) -> int:
         print("kernels.bench fp8_gemm needs a CUDA GPU (sm_90+ for the Triton kernel); nothing to do on CPU")
         return 0
     import triton
+    import triton.testing
 
+    timers = ["graph", "events"] if args.timer == "both" else [args.timer]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
-    print("TFLOP/s (median of do_bench; 2*M*N*K / time), bf16 output\n")
-    print("| shape | M | K | N | " + " | ".join(COLUMNS) + " | max rel err |")
-    print("|" + "---|" * (len(COLUMNS) + 5))
+    tables = {t: [] for t in timers}
+    picks, host = [], {}
     for group in groups:
         for label, M, K, N in SHAPES[group]:
-            tflops, err = _bench_shape(M, K, N, args.warmup, args.rep)
-            cells = " | ".join(f"{t:,.0f}" for t in tflops)
-            print(f"| {label} | {M} | {K} | {N} | {cells} | {err:.1e} |", flush=True)
+            fns = _fns(M, K, N)
+            # Autotune first (outside any timing or graph capture), recording each Triton pick.
+            picks.append((label, [_tuned_pick(fns[c]) for c in TRITON_COLUMNS]))
+            flops = 2.0 * M * N * K
+            for timer in timers:
+                row = []
+                for name in COLUMNS:
+                    if timer == "graph":
+                        ms = triton.testing.do_bench_cudagraph(fns[name], rep=20, return_mode="median")
+                    else:
+                        ms = triton.testing.do_bench(fns[name], warmup=args.warmup, rep=args.rep,
+                                                     return_mode="median")
+                    row.append(flops / (ms * 1e-3) / 1e12)
+                tables[timer].append((label, M, K, N, row))
+            ref = fns["scaled_mm rw promo"]().float()
+            err = ((fns["triton rw promo"]().float() - ref).abs().max() / ref.abs().max()).item()
+            for timer in timers:
+                tables[timer][-1] = (*tables[timer][-1], err)
+            if label == "8B wk/wv":
+                host = {c: _host_us(fns[c]) for c in ("scaled_mm rw fast", "triton rw fast")}
+            print(f"  done {label}", flush=True)
+    for timer in timers:
+        what = ("GPU time: CUDA graph replay (do_bench_cudagraph)" if timer == "graph" else
+                "do_bench: CUDA events per call after an L2 flush (includes host time the GPU waits on)")
+        print(f"\nTFLOP/s, {what}, median, bf16 output\n")
+        print("| shape | M | K | N | " + " | ".join(COLUMNS) + " | max rel err |")
+        print("|" + "---|" * (len(COLUMNS) + 5))
+        for label, M, K, N, row, err in tables[timer]:
+            cells = " | ".join(f"{t:,.0f}" for t in row)
+            print(f"| {label} | {M} | {K} | {N} | {cells} | {err:.1e} |")
+    print("\nTriton autotuner picks (BLOCK_MxBLOCK_NxBLOCK_K[s: split epilogue]/warps/stages):\n")
+    print("| shape | " + " | ".join(TRITON_COLUMNS) + " |")
+    print("|" + "---|" * (len(TRITON_COLUMNS) + 1))
+    for label, row in picks:
+        print(f"| {label} | " + " | ".join(row) + " |")
+    if host:
+        print("\nhost time per call at the 8B wk/wv shape (us): "
+              + ", ".join(f"{k} {v:.1f}" for k, v in host.items()))
     return 0

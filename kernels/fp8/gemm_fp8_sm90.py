@@ -11,8 +11,9 @@ zero-pad edge tiles, so M need not be a multiple of the block), fp32 accumulatio
 in the epilogue, TMA store of C (optionally in two halves to free shared memory for a deeper pipeline).
 
 Accumulation: Hopper's FP8 wgmma accumulates in reduced precision. use_fast_accum=False promotes
-the partial sums into the fp32 accumulator after every BLOCK_K (= 128) elements of K, as DeepSeek-V3
-does (arXiv 2412.19437, sec. 3.3.2), through Triton's `max_num_imprecise_acc`; use_fast_accum=True
+the partial sums into the fp32 accumulator after every 128 elements of K (or BLOCK_K if smaller), as
+DeepSeek-V3 does (arXiv 2412.19437, sec. 3.3.2), through Triton's `max_num_imprecise_acc`, which
+promotes inside one tl.dot too when BLOCK_K = 256 (fewer loop iterations); use_fast_accum=True
 keeps Triton's sm90 default (no promotion), like `torch._scaled_mm(use_fast_accum=True)`.
 """
 
@@ -68,7 +69,8 @@ def _fp8_gemm_kernel(a_desc, b_desc, c_desc, scale_a_ptr, scale_b_ptr, M, N, K,
             if FAST_ACCUM:
                 acc = tl.dot(a, b.T, acc)
             else:
-                acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=BLOCK_K)
+                # A promotion interval above BLOCK_K would never promote: cap it at BLOCK_K.
+                acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=128 if BLOCK_K >= 128 else BLOCK_K)
 
         tile_c += NUM_SMS
         pid_m, pid_n = _tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
@@ -102,23 +104,56 @@ def _set_block_shapes(nargs: dict) -> None:
     nargs["c_desc"].block_shape = [bm, bn // 2 if nargs["EPILOGUE_SPLIT"] else bn]
 
 
-def _config(bm: int, bn: int, split: bool, stages: int) -> triton.Config:
-    kw = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=128, GROUP_M=8, EPILOGUE_SPLIT=split)
-    return triton.Config(kw, num_warps=8, num_stages=stages, pre_hook=_set_block_shapes)
+def _config(bm: int, bn: int, split: bool, stages: int, warps: int = 8, bk: int = 128) -> triton.Config:
+    kw = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, EPILOGUE_SPLIT=split)
+    return triton.Config(kw, num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
-# Small on purpose (the brief of issue 7): shared memory per stage is (bm + bn) * 128 bytes, plus the
-# C staging tile; 128x256 with 4 stages only fits with the split epilogue.
-CONFIGS = [
-    _config(128, 128, False, 4),
-    _config(128, 256, False, 3),
+# Shared memory per stage is (bm + bn) * 128 bytes plus the C staging tile (halved by the split
+# epilogue); 227 KiB per SM on sm_90.
+# Fast accumulation (one fp32 accumulator; a 128x256 tile on 8 warps holds 128 registers of it per
+# thread): 128x256 / 256x128 for the big GEMMs, smaller tiles for the small-N shapes (8B wk/wv:
+# N = 1024 gives 256 tiles of 128x256 on 132 SMs, 1.94 waves; 128x128 gives 512 tiles, 3.9 waves).
+FAST_CONFIGS = [  # the first four were the whole set of the first H200 run
     _config(128, 256, True, 4),
+    _config(128, 256, False, 3),
     _config(256, 128, True, 3),
+    _config(128, 128, False, 4),
+    _config(128, 128, True, 5),
 ]
+# fp32 promotion (max_num_imprecise_acc) keeps a second, partial accumulator of the tile's size in
+# registers: a 128x256 tile on 2 warpgroups then needs 2 x 128 accumulator registers per thread,
+# which likely spills (the first H200 run measured ~1,040 TFLOP/s promoted vs ~1,320 fast at 8192^3,
+# docs/perf/2026-11-30_h200_fp8_gemm.txt). Tiles of 64 x 128 per warpgroup fit twice; BLOCK_K 256
+# halves the loop iterations (barrier waits, TMA issue) per promotion. Few configs on purpose: every
+# config is compiled once per (rowwise, accumulation, output dtype) variant.
+PROMO_CONFIGS = [
+    _config(128, 128, False, 4),
+    _config(128, 128, True, 5),
+    _config(64, 256, True, 4),
+    _config(128, 128, True, 3, bk=256),
+]
+CONFIGS = FAST_CONFIGS + [c for c in PROMO_CONFIGS if c not in FAST_CONFIGS]
 
-_fp8_gemm_tuned = triton.autotune(configs=CONFIGS, key=["M", "N", "K", "ROWWISE", "FAST_ACCUM", "OUT_BF16"])(
-    _fp8_gemm_kernel
-)
+
+def _prune(configs: list, named_args: dict, **kwargs) -> list:
+    """Autotune only the configs made for this accumulation mode (FAST_ACCUM is a launch kwarg)."""
+    wanted = FAST_CONFIGS if kwargs["FAST_ACCUM"] else PROMO_CONFIGS
+    return [c for c in configs if c in wanted]
+
+
+def _autotune_bench(kernel_call, quantiles):
+    """Time one config: 10 + 40 ms instead of triton's default 25 + 100 ms, which is plenty to rank
+    configs apart by more than a few percent and keeps the first training step's tuning short."""
+    import triton.testing
+
+    return triton.testing.do_bench(kernel_call, warmup=10, rep=40, quantiles=quantiles)
+
+
+_fp8_gemm_tuned = triton.autotune(
+    configs=CONFIGS, key=["M", "N", "K", "ROWWISE", "FAST_ACCUM", "OUT_BF16"],
+    prune_configs_by={"early_config_prune": _prune}, do_bench=_autotune_bench,
+)(_fp8_gemm_kernel)
 
 # The interpreter runs one fixed small config (autotuning there would only time numpy); tests may
 # override it to cover the split epilogue and the persistent loop.
@@ -126,8 +161,10 @@ INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, EPILOGU
 
 
 @functools.lru_cache(maxsize=None)
-def _num_sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def _device_info(device_index: int) -> tuple[int, tuple[int, int]]:
+    """(SM count, compute capability), queried once per device (host time counts for small GEMMs)."""
+    props = torch.cuda.get_device_properties(device_index)
+    return props.multi_processor_count, (props.major, props.minor)
 
 
 def check_gemm_args(a, b, scale_a, scale_b, out_dtype) -> bool:
@@ -159,11 +196,17 @@ def check_gemm_args(a, b, scale_a, scale_b, out_dtype) -> bool:
 
 def fp8_gemm_launch(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=False,
                     config: dict | None = None) -> torch.Tensor:
-    """Launch the kernel (no custom-op wrapping). `config` forces one config (interpreter/tests)."""
+    """Launch the kernel without the custom-op wrapper (eager callers skip the dispatcher's ~10-25 us
+    per call). `config` forces one config: the keys of INTERPRETER_CONFIG, optionally num_warps and
+    num_stages (interpreter, tests)."""
     rowwise = check_gemm_args(a, b, scale_a, scale_b, out_dtype)
-    if a.is_cuda and torch.cuda.get_device_capability(a.device) < (9, 0):
-        raise ValueError("titankit::fp8_gemm needs a Hopper or newer GPU (sm_90+: TMA and FP8 wgmma); "
-                         "use float8.backend = 'torch' on this device")
+    num_sms = 0
+    if a.is_cuda:
+        num_sms, capability = _device_info(a.device.index if a.device.index is not None
+                                           else torch.cuda.current_device())
+        if capability < (9, 0):
+            raise ValueError("titankit::fp8_gemm needs a Hopper or newer GPU (sm_90+: TMA and FP8 "
+                             "wgmma); use float8.backend = 'torch' on this device")
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
@@ -175,7 +218,6 @@ def fp8_gemm_launch(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_a
         a_desc = TensorDescriptor.from_tensor(a, [128, 128])
         b_desc = TensorDescriptor.from_tensor(bt, [128, 128])
         c_desc = TensorDescriptor.from_tensor(c, [128, 128])
-        num_sms = _num_sms(a.device.index if a.device.index is not None else torch.cuda.current_device())
 
         def grid(meta):
             tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
@@ -188,7 +230,9 @@ def fp8_gemm_launch(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_a
         return c
     cfg = dict(INTERPRETER_CONFIG if config is None else config)
     bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["EPILOGUE_SPLIT"]
-    num_sms = cfg.pop("NUM_SMS")
+    num_sms = cfg.pop("NUM_SMS") or num_sms  # NUM_SMS 0: the device's SM count
+    if num_sms < 1:
+        raise ValueError("titankit::fp8_gemm: config NUM_SMS must be >= 1 off CUDA (0 means the GPU's SMs)")
     a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
     b_desc = TensorDescriptor.from_tensor(bt, [bn, bk])
     c_desc = TensorDescriptor.from_tensor(c, [bm, bn // 2 if split else bn])
@@ -200,8 +244,7 @@ def fp8_gemm_launch(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_a
     return c
 
 
-@torch.library.custom_op("titankit::fp8_gemm", mutates_args=())
-def fp8_gemm(
+def gemm_impl(
     a: torch.Tensor,
     b: torch.Tensor,
     scale_a: torch.Tensor,
@@ -211,6 +254,11 @@ def fp8_gemm(
 ) -> torch.Tensor:
     """(a * scale_a) @ (b * scale_b): the torch._scaled_mm contract (see the module docstring)."""
     return fp8_gemm_launch(a, b, scale_a, scale_b, out_dtype, use_fast_accum)
+
+
+# The op for torch.compile (fake kernel, no tracing into the launch); eager callers may call
+# gemm_impl directly (kernels/fp8/__init__.py does).
+fp8_gemm = torch.library.custom_op("titankit::fp8_gemm", mutates_args=())(gemm_impl)
 
 
 @fp8_gemm.register_fake

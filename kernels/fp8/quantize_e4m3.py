@@ -59,8 +59,12 @@ def _encode_e4m3(x, scale):
     lsb = (bits >> 20) & 1
     normal = ((bits + 0x7FFFF + lsb) & -1048576).to(tl.float32, bitcast=True)
     # Subnormal range: e4m3 spacing is 2^-9; adding 1.5 * 2^14 (whose fp32 ulp is 2^-9) rounds there.
-    mag = (tl.abs(y) + 24576.0) - 24576.0
-    sub = tl.where(bits < 0, -mag, mag)  # keep the sign, -0.0 included, as torch's cast does
+    mag = (tl.abs(y) + 24576.0) - 24576.0  # >= +0.0
+    # Put y's sign bit back with an integer OR, so a negative y that rounds to zero gives -0.0 (0x80),
+    # as torch's cast does. Not `-mag`: triton <= 3.6 compiles float negation as 0.0 - x, which
+    # turns -(+0.0) into +0.0 (fixed upstream in triton PR 10270, 2026-05).
+    sign = bits & -2147483648  # 0x80000000 as an int32
+    sub = (mag.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
     r = tl.where(tl.abs(y) < 0.015625, sub, normal)
     q = r.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     return tl.where(finite, q, 0x7F)
@@ -200,8 +204,7 @@ def _tiles_quantize(x, amax, colwise: bool, write_q: bool, write_t: bool):
     return q, qt, inv
 
 
-@torch.library.custom_op("titankit::fp8_amax", mutates_args=())
-def fp8_amax(x: torch.Tensor, mode: str) -> torch.Tensor:
+def amax_impl(x: torch.Tensor, mode: str) -> torch.Tensor:
     """Finite amax in fp32: mode "row" -> (M, 1), "col" -> (K, 1) (per column of x), "tensor" -> ()."""
     x = _prep(x, "fp8_amax")
     if mode == "row":
@@ -211,14 +214,17 @@ def fp8_amax(x: torch.Tensor, mode: str) -> torch.Tensor:
     raise ValueError(f"titankit::fp8_amax: mode {mode!r} is not one of 'row', 'col', 'tensor'")
 
 
+fp8_amax = torch.library.custom_op("titankit::fp8_amax", mutates_args=())(
+    amax_impl)
+
+
 @fp8_amax.register_fake
 def _(x, mode):
     shape = {"row": (x.shape[0], 1), "col": (x.shape[1], 1)}.get(mode, ())
     return x.new_empty(shape, dtype=torch.float32)
 
 
-@torch.library.custom_op("titankit::fp8_quantize_rowwise", mutates_args=())
-def fp8_quantize_rowwise(
+def quantize_rowwise_impl(
     x: torch.Tensor, amax: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, K) -> (q (M, K) e4m3, inv_scale (M, 1)); one fused launch when amax is not given."""
@@ -229,13 +235,16 @@ def fp8_quantize_rowwise(
     return q, inv
 
 
+fp8_quantize_rowwise = torch.library.custom_op("titankit::fp8_quantize_rowwise", mutates_args=())(
+    quantize_rowwise_impl)
+
+
 @fp8_quantize_rowwise.register_fake
 def _(x, amax=None):
     return x.new_empty(x.shape, dtype=E4M3), x.new_empty((x.shape[0], 1), dtype=torch.float32)
 
 
-@torch.library.custom_op("titankit::fp8_quantize_colwise_t", mutates_args=())
-def fp8_quantize_colwise_t(
+def quantize_colwise_t_impl(
     x: torch.Tensor, amax: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, K) -> (qt (K, M) e4m3, inv_scale (K, 1)): per-column scales, transposed output."""
@@ -248,14 +257,17 @@ def fp8_quantize_colwise_t(
     return qt, inv
 
 
+fp8_quantize_colwise_t = torch.library.custom_op("titankit::fp8_quantize_colwise_t", mutates_args=())(
+    quantize_colwise_t_impl)
+
+
 @fp8_quantize_colwise_t.register_fake
 def _(x, amax=None):
     M, K = x.shape
     return x.new_empty((K, M), dtype=E4M3), x.new_empty((K, 1), dtype=torch.float32)
 
 
-@torch.library.custom_op("titankit::fp8_quantize_tensorwise", mutates_args=())
-def fp8_quantize_tensorwise(
+def quantize_tensorwise_impl(
     x: torch.Tensor, amax: torch.Tensor | None = None, write_q: bool = True, write_t: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x (M, K) -> (q (M, K), qt (K, M), inv_scale ()); a layout not asked for comes back with shape
@@ -265,6 +277,10 @@ def fp8_quantize_tensorwise(
         raise ValueError("titankit::fp8_quantize_tensorwise: ask for write_q and/or write_t")
     amax = _tiles_amax(x, colwise=False) if amax is None else _prep_amax(amax, 1, "fp8_quantize_tensorwise")
     return _tiles_quantize(x, amax.reshape(()), colwise=False, write_q=write_q, write_t=write_t)
+
+
+fp8_quantize_tensorwise = torch.library.custom_op("titankit::fp8_quantize_tensorwise", mutates_args=())(
+    quantize_tensorwise_impl)
 
 
 @fp8_quantize_tensorwise.register_fake

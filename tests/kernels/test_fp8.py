@@ -45,6 +45,11 @@ def _edge_input(dtype):
     x[7, 5] = 3.3e38
     x[8] = torch.randn(150, generator=g) * 1e-30  # tiny (normal) row
     x[9, :10] = 2.0 ** -10  # ties of the e4m3 grid after scaling
+    # Scale exactly 1 (amax 448): tiny values of both signs round to +-0 (e4m3 0x00 / 0x80, as torch
+    # casts them), subnormal ties round to even: +-2^-10 -> +-0, +-3 * 2^-10 -> +-2^-8.
+    x[11] = torch.randn(150, generator=g) * 1e-5
+    x[11, 0] = 448.0
+    x[11, 1:5] = torch.tensor([1.0, -1.0, 3.0, -3.0]) * 2.0 ** -10
     x[5, 7] = float("nan")
     x[6, 2] = float("inf")
     x[6, 3] = float("-inf")
@@ -215,7 +220,9 @@ def gemm_persistent_configs():
 
     a, b, sa, sb, ref = _gemm_case(272, 256, 320, rowwise=True, seed=7)
     for cfg in (dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, EPILOGUE_SPLIT=True, NUM_SMS=3),
-                dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=2, EPILOGUE_SPLIT=False, NUM_SMS=5)):
+                dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, GROUP_M=2, EPILOGUE_SPLIT=False, NUM_SMS=5,
+                     num_warps=4, num_stages=2),
+                dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, GROUP_M=8, EPILOGUE_SPLIT=True, NUM_SMS=4)):
         _check_gemm(functools.partial(fp8_gemm_launch, config=cfg), a, b, sa, sb, ref, False)
 
 
@@ -282,6 +289,33 @@ def float8_linear_triton_matches_emulation():
             lin.weight.grad = None
         for e, t in zip(*grads):
             torch.testing.assert_close(t, e, rtol=1e-5, atol=1e-5 * e.abs().max().item())
+
+
+@check
+def float8_linear_triton_compiles():
+    """Under torch.compile (fullgraph) the custom ops are traced, in eager their plain functions run
+    (kernels/fp8/__init__.py `_pick`): both give the same bits, forward and backward."""
+    import torch
+    from torch import nn
+
+    from trainer.float8 import Float8Linear
+
+    for recipe in ("tensorwise", "rowwise"):
+        torch.manual_seed(1)
+        lin = nn.Linear(64, 48)
+        layer = Float8Linear.from_linear(lin, recipe, "triton")
+        x, g = torch.randn(2, 16, 64), torch.randn(2, 16, 48)
+        results = []
+        for compiled in (False, True):
+            torch._dynamo.reset()
+            fn = torch.compile(layer, backend="aot_eager", fullgraph=True) if compiled else layer
+            xi = x.clone().requires_grad_()
+            out = fn(xi)
+            out.backward(g)
+            results.append((out.detach(), xi.grad, lin.weight.grad.clone()))
+            lin.weight.grad = lin.bias.grad = None
+        for name, eager, compiled in zip(("out", "grad_input", "grad_weight"), *results):
+            assert torch.equal(eager, compiled), f"{recipe} {name}"
 
 
 def _run_checks() -> dict:

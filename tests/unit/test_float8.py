@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import pytest
 import torch
@@ -223,62 +222,48 @@ def test_tiny_mlp_trains_in_fp8(recipe):
     assert abs(sum(f8[-5:]) - sum(f32[-5:])) / sum(f32[-5:]) < 0.15  # and tracks fp32 training
 
 
-def _tp_worker(rank: int, port: int, results) -> None:
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+def test_llama_module_names_meet_the_default_filter():
+    """On the real Llama (trainer/models/llama.py) the defaults keep exactly `output` (by name) and
+    the linears with a dimension not divisible by 16; every other linear of every block is FP8."""
+    import dataclasses
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    mesh = init_device_mesh("cpu", (2,))
-    torch.manual_seed(7)
-    x, g = torch.randn(2, 16, 64) * 3, torch.randn(2, 16, 64)
-    out = {}
-    for recipe in RECIPES:
-        for sp in (False, True):
-            nets = []
-            for _ in range(2):
-                torch.manual_seed(8)
-                net = nn.Sequential(nn.Linear(64, 128, bias=False), nn.ReLU(), nn.Linear(128, 64, bias=False))
-                convert_to_float8_training(net, Float8(enable=True, recipe=recipe, filter_fqns=[]))
-                nets.append(net)
-            ref, tp = nets
-            ref(x).backward(g)
-            plan = ({"0": ColwiseParallel(input_layouts=Shard(1)), "2": RowwiseParallel(output_layouts=Shard(1))}
-                    if sp else {"0": ColwiseParallel(), "2": RowwiseParallel()})
-            parallelize_module(tp, mesh, plan)
-            xin, gin = (x.chunk(2, 1)[rank], g.chunk(2, 1)[rank]) if sp else (x, g)
-            y = tp(xin)
-            y.backward(gin)
-            full = [torch.empty_like(y) for _ in range(2)]
-            dist.all_gather(full, y.contiguous())
-            y = torch.cat(full, 1) if sp else y
-            out[f"{recipe}-{'sp' if sp else 'tp'}"] = (
-                _rel(y, ref(x).detach()),
-                max(_rel(tp[i].weight.grad.full_tensor(), ref[i].weight.grad) for i in (0, 2)),
-            )
-    if rank == 0:
-        results.update(out)
-    dist.destroy_process_group()
+    from trainer.models.llama import Llama
+    from trainer.models.llama_flavors import LLAMA3_FLAVORS
+
+    blocks = [f"layers.{i}.{m}" for i in range(4) for m in (
+        "attention.wq", "attention.wk", "attention.wv", "attention.wo",
+        "feed_forward.w1", "feed_forward.w2", "feed_forward.w3")]
+    with torch.device("meta"):
+        model = Llama(LLAMA3_FLAVORS["debug"])  # dim 128, 8 heads of 16, FFN 384: all multiples of 16
+    linears = {n for n, m in model.named_modules() if type(m) is nn.Linear}
+    assert linears == set(blocks) | {"output"}  # the names the filter and the TP plan expect
+    assert convert_to_float8_training(model, Float8(enable=True)) == blocks
+    assert type(model.output) is nn.Linear and type(model.layers["3"].feed_forward.w2) is Float8Linear
+
+    # dim 96, 4 heads of 24, 1 KV head: wk/wv (96 -> 24) are kept; wq/wo (96) and the FFN (256) not.
+    with torch.device("meta"):
+        odd = Llama(dataclasses.replace(LLAMA3_FLAVORS["debug"], dim=96, n_heads=4, n_kv_heads=1))
+    assert convert_to_float8_training(odd, Float8(enable=True)) == [
+        b for b in blocks if not b.endswith(("wk", "wv"))]
 
 
-@pytest.mark.slow
-def test_tensor_parallel_matches_one_rank():
-    """2 gloo ranks, ColwiseParallel + RowwiseParallel (with and without sequence parallel): the
-    all-reduced amaxes make every scale equal the unsharded one, so with the same upstream gradient
-    the weight gradients are bitwise those of one rank; outputs differ only by the order of the
-    partial sums (RowwiseParallel). (To move to tests/distributed with its helpers.)"""
-    import socket
+@pytest.mark.parametrize("granularity", ["rowwise", "tensorwise"])
+def test_compiled_torch_backend_quantization_fuses(granularity):
+    """The torch backend quantizes with eager ops (~10 kernels); under torch.compile (the trainer
+    compiles each block) inductor fuses each quantization into one kernel with the same bits."""
+    from torch._inductor.utils import run_and_get_code
 
-    import torch.multiprocessing as mp
+    from kernels import fp8
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    results = mp.Manager().dict()
-    mp.spawn(_tp_worker, args=(port, results), nprocs=2)
-    assert len(results) == 4
-    for name, (out_err, grad_err) in results.items():
-        assert out_err < 1e-6, name
-        assert grad_err == 0.0, name
+    x = (torch.randn(64, 96) * torch.logspace(-3, 3, 64)[:, None]).bfloat16()
+    for layout in ("row", "col_t"):
+        def quantize(t, layout=layout):
+            return fp8.quantize(t, granularity, layout, "reference")
+
+        torch._dynamo.reset()
+        (q, inv), code = run_and_get_code(torch.compile(quantize, fullgraph=True), x)
+        rq, rinv = quantize(x)
+        assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(inv, rinv), layout
+        kernels = sum(c.count("async_compile.cpp_pybinding(") + c.count("async_compile.triton(")
+                      for c in code)
+        assert kernels == 1, f"{granularity} {layout}: {kernels} kernels"
