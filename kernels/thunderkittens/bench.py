@@ -1,0 +1,162 @@
+"""`python -m kernels.thunderkittens.bench`: the ThunderKittens kernels against their baselines.
+
+Attention (bf16, causal, head dim 128): TK vs SDPA's cuDNN backend and our Triton kernel
+(kernels.attention backend "triton"), forward and forward+backward, on
+  anchor   B 1, Hq 64, Hkv 8, S 8192 (ANCHORS.md section 2)
+  8b       B 1, Hq 32, Hkv 8, S 8192 (Llama-3 8B)
+  70b-tp8  B 1, Hq 8,  Hkv 1, S 8192 (Llama-3 70B under tensor parallel 8)
+FLOPs: forward = 4 B Hq S^2 D / 2 (the causal half), forward+backward = 3.5 x forward.
+FP8 GEMM (e4m3, rowwise scales, bf16 out): TK vs torch._scaled_mm rowwise (use_fast_accum=True,
+the same accumulation as TK's; and False), TFLOP/s = 2 M N K / time.
+Times are medians of triton.testing.do_bench; each row also gives the max abs difference of the
+outputs against the baseline named in the row (cuDNN SDPA, or _scaled_mm with promotion).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+import torch
+import torch.nn.functional as F
+
+ATTN_SHAPES = {  # name -> (B, Hq, Hkv, S, D)
+    "anchor": (1, 64, 8, 8192, 128),
+    "8b": (1, 32, 8, 8192, 128),
+    "70b-tp8": (1, 8, 1, 8192, 128),
+}
+GEMM_SHAPES = {  # name -> (M, N, K)
+    "8192^3": (8192, 8192, 8192),
+    "8B w1/w3": (8192, 14336, 4096),
+    "70B wq/wo": (8192, 8192, 8192),
+    "70B w2": (8192, 8192, 28672),
+}
+
+
+def _time(fn, warmup: int = 25, rep: int = 200) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def _attention_impls() -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels.attention import attention
+    from kernels.thunderkittens import ops
+
+    def cudnn(q, k, v):
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
+                                                 enable_gqa=q.shape[2] != k.shape[2])
+        return out.transpose(1, 2)
+
+    return {
+        "thunderkittens": lambda q, k, v: ops.attention(q, k, v, causal=True),
+        "sdpa cudnn": cudnn,
+        "triton": lambda q, k, v: attention(q, k, v, causal=True, backend="triton"),
+    }
+
+
+def attention_rows(name: str, shape: tuple) -> list[str]:
+    """Markdown rows (shape, implementation, fwd ms, fwd TFLOP/s, fwd+bwd ms, TFLOP/s, diff)."""
+    b, hq, hkv, s, d = shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16()
+                   for h in (hq, hkv, hkv, hq))
+    flops = 4.0 * b * hq * s * s * d / 2
+    impls = _attention_impls()
+    with torch.no_grad():
+        ref = impls["sdpa cudnn"](q, k, v).float()
+    rows = []
+    for impl, fn in impls.items():
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        try:
+            with torch.no_grad():
+                err = (fn(q, k, v).float() - ref).abs().max().item()
+                fwd = _time(lambda: fn(q, k, v))
+            both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
+        except (RuntimeError, ValueError) as e:  # a backend that cannot run here: say why
+            rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:80]} | | | | |")
+            continue
+        rows.append(f"| {name} | {impl} | {fwd:.3f} | {flops / fwd / 1e9:.0f} | {both:.3f} | "
+                    f"{3.5 * flops / both / 1e9:.0f} | {err:.1e} |")
+    return rows
+
+
+def gemm_rows(name: str, m: int, n: int, k: int) -> list[str]:
+    """Markdown rows (shape, implementation, ms, TFLOP/s, max abs diff vs _scaled_mm promoted)."""
+    from kernels.fp8 import reference as R
+    from kernels.thunderkittens import ops
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).bfloat16()
+    qx, sx = R.quantize_rowwise(x)  # (M, K), (M, 1)
+    qw, sw = R.quantize_rowwise(w)  # (N, K), (N, 1)
+    sw = sw.reshape(1, -1)
+    fns = {
+        "thunderkittens": lambda: ops.fp8_gemm_rowwise(qx, qw, sx, sw),
+        "_scaled_mm fast accum": lambda: torch._scaled_mm(qx, qw.t(), sx, sw,
+                                                          out_dtype=torch.bfloat16,
+                                                          use_fast_accum=True),
+        "_scaled_mm promoted": lambda: torch._scaled_mm(qx, qw.t(), sx, sw,
+                                                        out_dtype=torch.bfloat16,
+                                                        use_fast_accum=False),
+    }
+    ref = fns["_scaled_mm promoted"]().float()
+    rows = []
+    for impl, fn in fns.items():
+        try:
+            err = (fn().float() - ref).abs().max().item()
+            ms = _time(fn)
+        except (RuntimeError, ValueError) as e:
+            rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:80]} | | |")
+            continue
+        rows.append(f"| {name} | {impl} | {ms:.3f} | {2.0 * m * n * k / ms / 1e9:.0f} | "
+                    f"{err:.1e} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kernels.thunderkittens.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--attention", default="anchor",
+                   help=f"comma list of {', '.join(ATTN_SHAPES)} (empty: none)")
+    p.add_argument("--gemm", default="8192^3",
+                   help=f"comma list of {', '.join(GEMM_SHAPES)} (empty: none)")
+    args = p.parse_args(argv)
+    attn = [s for s in args.attention.split(",") if s]
+    gemm = [s for s in args.gemm.split(",") if s]
+    bad = [s for s in attn if s not in ATTN_SHAPES] + [s for s in gemm if s not in GEMM_SHAPES]
+    if bad:
+        p.error(f"unknown shape(s) {bad}")
+    if not torch.cuda.is_available():
+        print("kernels.thunderkittens.bench needs an H100/H200; nothing to measure on CPU.")
+        return 0
+    import triton
+
+    print(f"# thunderkittens: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"triton {triton.__version__}, python {platform.python_version()}")
+    shown = sys.argv[1:] if argv is None else argv
+    print(f"command: python -m kernels.thunderkittens.bench {' '.join(shown)}\n")
+    if attn:
+        rows = ["| shape | implementation | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s "
+                "| max abs diff vs cuDNN (fwd) |", "|---|---|---|---|---|---|---|"]
+        for name in attn:
+            rows += attention_rows(name, ATTN_SHAPES[name])
+        print("\n".join(rows) + "\n")
+    if gemm:
+        rows = ["| GEMM (M, N, K) | implementation | ms | TFLOP/s | max abs diff vs promoted |",
+                "|---|---|---|---|---|"]
+        for name in gemm:
+            m, n, k = GEMM_SHAPES[name]
+            rows += gemm_rows(f"{name} ({m}, {n}, {k})", m, n, k)
+        print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One GPU run on an H100/H200 for titankit's ThunderKittens kernels: build the extension (cached),
+# run tests/gpu/test_thunderkittens.py, and benchmark against cuDNN SDPA, the Triton kernel and
+# torch._scaled_mm, printing markdown tables. From the repository root:
+#
+#   THUNDERKITTENS_ROOT=<clone> kernels/thunderkittens/gpu_check.sh [build|test|bench|bench-all|all]
+#
+# THUNDERKITTENS_ROOT defaults to ./.tk (a clone kept untracked in the checkout). "all" (default) is
+# build + test + bench (anchor attention shape, 8192^3 GEMM), about 5-8 minutes on an H200 with a
+# cold build; "bench-all" adds the 8B and 70B-TP8 attention shapes and three Llama GEMM shapes.
+set -u
+stage=${1:-all}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+export THUNDERKITTENS_ROOT=${THUNDERKITTENS_ROOT:-$root/.tk}
+export PYTHONPATH=$root${PYTHONPATH:+:$PYTHONPATH}
+py=$(command -v python3 || command -v python)
+rc=0
+run() { echo "+ $*"; "$@" || rc=1; }
+
+case $stage in build|test|bench|bench-all|all) ;; *)
+    echo "usage: $0 [build|test|bench|bench-all|all]" >&2; exit 2;;
+esac
+if [[ $stage == build || $stage == all ]]; then
+    "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+              torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")'
+    nvcc --version | tail -1
+    run "$py" -m kernels.thunderkittens.build
+    [[ $rc == 0 ]] || exit 1
+fi
+if [[ $stage == test || $stage == all ]]; then
+    run "$py" -m pytest -q -rs -m gpu -p no:cacheprovider tests/gpu/test_thunderkittens.py
+fi
+if [[ $stage == bench || $stage == all ]]; then
+    run "$py" -m kernels.thunderkittens.bench --attention anchor --gemm '8192^3'
+fi
+if [[ $stage == bench-all ]]; then
+    run "$py" -m kernels.thunderkittens.bench --attention anchor,8b,70b-tp8 \
+        --gemm '8192^3,8B w1/w3,70B wq/wo,70B w2'
+fi
+exit $rc

@@ -1,0 +1,49 @@
+// Small host/device helpers shared by titankit's ThunderKittens kernels (sm_90a only).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kittens.cuh"
+
+namespace titankit_tk {
+namespace detail {
+
+// One-line errors for users: the Python side shows them as RuntimeError.
+inline void check_cuda(cudaError_t err, const char* what) {
+    if (err != cudaSuccess) {
+        throw std::runtime_error(std::string("titankit thunderkittens: ") + what + ": " +
+                                 cudaGetErrorString(err));
+    }
+}
+
+inline void require(bool ok, const std::string& msg) {
+    if (!ok) throw std::runtime_error("titankit thunderkittens: " + msg);
+}
+
+// Multiprocessor count of the current device (a cheap attribute query, no synchronisation).
+inline int num_sms() {
+    int dev = 0, sms = 0;
+    check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
+    return sms;
+}
+
+// Raise a kernel's dynamic shared-memory limit. Not a stream operation, so it is legal while a
+// CUDA graph is being captured; cheap enough to repeat on every launch (the driver caches it).
+template <typename Kernel>
+inline void set_smem(Kernel kernel, int bytes) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "cudaFuncSetAttribute(max dynamic shared memory)");
+}
+
+// Shared memory written by ordinary stores (st.shared, stmatrix) and read next by the async proxy
+// (a TMA store, wgmma): per the PTX memory model each writing thread fences before the barrier.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+}  // namespace detail
+}  // namespace titankit_tk

@@ -1,0 +1,44 @@
+// Host API of titankit's ThunderKittens kernels (sm_90a). Plain C++: no torch, no TK types, so the
+// torch binding (binding.cpp) compiles with the host compiler and each .cu file compiles on its own.
+//
+// Every function only enqueues work on `stream`: no host synchronisation, no allocation, so the
+// calls can be captured in CUDA graphs. Pointers are device pointers; errors (bad shapes, TMA
+// descriptor failures, launch errors) throw std::runtime_error with a one-line message.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace titankit_tk {
+
+// C (M, N) bf16 = (A (M, K) e4m3 row-major @ B (N, K)^T e4m3 row-major) * scale_a[m] * scale_b[n].
+// scale_a (M,) and scale_b (N,) fp32. Needs K % 128 == 0 and N % 64 == 0 (whole 128-byte TMA
+// swizzle chunks); any M (the tail is zero-filled on loads and clipped on the store).
+void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const float* scale_b,
+                      void* c, int m, int n, int k, cudaStream_t stream);
+
+// Attention forward. q (B, Sq, Hq, D), k and v (B, Skv, Hkv, D) contiguous bf16; o like q;
+// lse (B, Hq, Sq) fp32 natural log. D == 128 or 64. causal needs Sq == Skv.
+void attn_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int b, int sq,
+              int skv, int hq, int hkv, int d, bool causal, cudaStream_t stream);
+
+// Rounded-up query length of the backward's per-row buffers (delta, lse * log2(e)).
+int attn_bwd_padded_len(int sq);
+
+// Attention backward (FlashAttention-2 formulas, Dao 2023). dout, q, out (B, Sq, Hq, D) bf16;
+// k, v (B, Skv, Hkv, D) bf16; lse (B, Hq, Sq) fp32 (may be the global lse of a larger attention).
+// How many CTAs the backward puts on one (KV head, key block) for this shape and device; when > 1
+// it needs the dkv_acc workspace below.
+int attn_bwd_kv_split(int b, int hq, int hkv, int skv);
+
+// dlse (B, Hq, Sq) fp32 or null: a gradient flowing into lse (delta becomes rowsum(dO*O) - dlse).
+// Workspace (uninitialised is fine, this call fills it): delta and lse2 (B, Hq, attn_bwd_padded_len
+// (Sq)) fp32, dq_acc (B, Sq, Hq, D) fp32, and dkv_acc (2, B, Skv, Hkv, D) fp32 when
+// attn_bwd_kv_split(...) > 1 (else may be null). Outputs dq like q, dk and dv like k, all bf16.
+void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
+              const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
+              float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
+              int hkv, int d, bool causal, cudaStream_t stream);
+
+}  // namespace titankit_tk

@@ -1,0 +1,204 @@
+"""ThunderKittens kernels on an H100/H200 against the fp32 references.
+
+Run on the device machine (THUNDERKITTENS_ROOT set; the first test builds the extension):
+`python -m pytest -q -m gpu tests/gpu/test_thunderkittens.py`, or
+kernels/thunderkittens/gpu_check.sh.
+Skipped without CUDA (tests/conftest.py), without ThunderKittens, or on a non-sm_90 GPU.
+Errors are relative Frobenius norms ||got - ref|| / ||ref|| against the reference computed in fp32
+from the same bf16 / e4m3 inputs; storing a result in bf16 alone costs ~1e-3 of that.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.attention import reference
+from kernels.thunderkittens import build, ops
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not build.available(), reason="needs ThunderKittens and an sm_90 GPU"),
+]
+
+OUT_TOL = 5e-3  # out and lse
+GRAD_TOL = 1e-2  # dq, dk, dv (bf16 P and dS feed the backward matmuls)
+GEMM_TOL = 5e-3  # fp8 GEMM: exact products, fp32 accumulation, bf16 output
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    got, want = got.float(), want.float()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def _inputs(b, sq, skv, hq, hkv, d, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    make = lambda *s: torch.randn(*s, device="cuda", generator=g).bfloat16()  # noqa: E731
+    return make(b, sq, hq, d), make(b, skv, hkv, d), make(b, skv, hkv, d), make(b, sq, hq, d)
+
+
+CASES = [  # b, sq, skv, hq, hkv, d, causal
+    pytest.param(2, 64, 64, 4, 4, 128, True, id="S64-mha"),
+    pytest.param(1, 192, 192, 16, 2, 128, True, id="S192-gqa8"),
+    pytest.param(3, 130, 130, 6, 3, 128, True, id="S130-gqa2-b3"),
+    pytest.param(2, 1000, 1000, 8, 1, 128, True, id="S1000-gqa8"),
+    pytest.param(1, 4096, 4096, 16, 2, 128, True, id="S4096-gqa8"),
+    pytest.param(1, 8192, 8192, 16, 2, 128, True, id="S8192-gqa8"),
+    pytest.param(1, 1000, 1000, 8, 2, 64, True, id="S1000-d64"),
+    pytest.param(1, 777, 1000, 8, 2, 128, False, id="full-sq777-skv1000"),
+    pytest.param(2, 2048, 2048, 8, 8, 128, False, id="full-mha"),
+]
+
+
+@pytest.mark.parametrize("b,sq,skv,hq,hkv,d,causal", CASES)
+def test_attention_matches_fp32_reference(b, sq, skv, hq, hkv, d, causal):
+    q, k, v, do = _inputs(b, sq, skv, hq, hkv, d, seed=sq + hq)
+    out, lse = ops.attention_fwd(q, k, v, causal=causal)
+    ref_out, ref_lse = reference.attention_fwd(q, k, v, causal=causal)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert out.shape == q.shape and lse.shape == (b, hq, sq)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    assert _rel(out, ref_out) < OUT_TOL
+    assert _rel(lse, ref_lse) < OUT_TOL
+    del ref_out
+    grads = ops.attention_bwd(do, q, k, v, out, lse, causal=causal)
+    ref_grads = reference.attention_bwd(do, q, k, v, out, lse, causal=causal)
+    for name, got, want in zip(("dq", "dk", "dv"), grads, ref_grads):
+        assert got.dtype == torch.bfloat16 and got.shape == want.shape
+        err = _rel(got, want)
+        assert err < GRAD_TOL, f"{name}: relative error {err:.2e}"
+
+
+def test_autograd_including_lse_gradient():
+    """Gradients through both outputs of tk_attn_fwd (context parallelism merges by lse)."""
+    b, s, hq, hkv, d = 2, 640, 8, 2, 128
+    q, k, v, do = _inputs(b, s, s, hq, hkv, d, seed=7)
+    dlse = torch.randn(b, hq, s, device="cuda")
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out, lse = torch.ops.titankit.tk_attn_fwd(*leaves, True)
+    got = torch.autograd.grad((out, lse), leaves, (do, dlse))
+    ref = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    r_out, r_lse = reference.attention_fwd(*ref, causal=True)
+    want = torch.autograd.grad((r_out, r_lse), ref, (do.float(), dlse))
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        err = _rel(g, w)
+        assert err < GRAD_TOL, f"{name}: relative error {err:.2e}"
+
+
+def test_ring_block_contract():
+    """Two key blocks of a 2-rank causal ring: block outputs merge by lse into the full answer,
+    and each block's backward with the global out/lse gives that block's share of the gradient."""
+    b, s, hq, hkv, d = 1, 2048, 8, 1, 128
+    q, k, v, do = _inputs(b, s, s, hq, hkv, d, seed=3)
+    h = s // 2
+    qs, dos = q[:, h:], do[:, h:]
+    blocks = [(slice(0, h), False), (slice(h, s), True)]
+    parts = [ops.attention_fwd(qs, k[:, sl], v[:, sl], causal=c) for sl, c in blocks]
+    out, lse = reference.merge_partials(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
+    out = out.to(torch.bfloat16)
+    ref_out, ref_lse = reference.attention_fwd(q, k, v, causal=True)
+    assert _rel(out, ref_out[:, h:]) < OUT_TOL
+    assert _rel(lse, ref_lse[:, :, h:]) < OUT_TOL
+    for sl, c in blocks:
+        got = ops.attention_bwd(dos, qs, k[:, sl], v[:, sl], out, lse, causal=c)
+        want = reference.attention_bwd(dos, qs, k[:, sl], v[:, sl], out, lse, causal=c)
+        for name, g, w in zip(("dq", "dk", "dv"), got, want):
+            err = _rel(g, w)
+            assert err < GRAD_TOL, f"block {sl}, {name}: relative error {err:.2e}"
+
+
+def test_cuda_graph_replay_matches_eager():
+    """No host synchronisation inside: forward + backward capture into a CUDA graph and replay."""
+    b, s, hq, hkv, d = 1, 1024, 8, 2, 128
+    q, k, v, do = _inputs(b, s, s, hq, hkv, d, seed=11)
+    out, lse = ops.attention_fwd(q, k, v, causal=True)  # build + warm up outside the capture
+    grads = ops.attention_bwd(do, q, k, v, out, lse, causal=True)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = ops.attention_fwd(q, k, v, causal=True)
+        g_grads = ops.attention_bwd(do, q, k, v, g_out, g_lse, causal=True)
+    q.copy_(torch.randn_like(q))  # new inputs, same buffers: the replay must see them
+    out, lse = ops.attention_fwd(q, k, v, causal=True)
+    grads = ops.attention_bwd(do, q, k, v, out, lse, causal=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(g_out, out) and torch.equal(g_lse, lse)
+    for g, e in zip(g_grads, grads):
+        # dQ (and dK/dV when CTAs share a key block) are sums of fp32 reduce-adds whose order
+        # varies run to run: equal up to one bf16 rounding step (2^-7 relative).
+        assert torch.allclose(g.float(), e.float(), rtol=2**-7, atol=1e-6)
+
+
+def test_torch_compile_traces_the_custom_op():
+    b, s, hq, hkv, d = 1, 256, 4, 2, 128
+    q, k, v, _ = _inputs(b, s, s, hq, hkv, d, seed=5)
+    fn = torch.compile(lambda q, k, v: ops.attention(q, k, v, causal=True) * 2, fullgraph=True)
+    assert _rel(fn(q, k, v), 2 * reference.attention_fwd(q, k, v, causal=True)[0]) < OUT_TOL
+
+
+def test_unsupported_inputs_fail_clearly():
+    q, k, v, _ = _inputs(1, 128, 128, 4, 2, 128, seed=1)
+    with pytest.raises(ValueError, match="document masks"):
+        ops.attention(q, k, v, causal=True, doc_ids=torch.zeros(1, 128, dtype=torch.int32,
+                                                               device="cuda"))
+    with pytest.raises(ValueError, match="Sq == Skv"):
+        ops.attention_fwd(q[:, :64], k, v, causal=True)
+    with pytest.raises(ValueError, match="bfloat16"):
+        ops.attention_fwd(q.half(), k.half(), v.half(), causal=True)
+
+
+GEMMS = [  # M, N, K
+    pytest.param(128, 256, 128, id="one-tile"),
+    pytest.param(256, 512, 1024, id="small"),
+    pytest.param(1000, 832, 640, id="M-and-N-tails"),
+    pytest.param(4096, 4096, 4096, id="4096^3"),
+    pytest.param(8192, 1024, 8192, id="70B-wk"),
+]
+
+
+@pytest.mark.parametrize("m,n,k", GEMMS)
+def test_fp8_gemm_matches_dequantized_reference(m, n, k):
+    from kernels.fp8 import reference as R
+
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    x = torch.randn(m, k, device="cuda", generator=g)
+    w = torch.randn(n, k, device="cuda", generator=g) * 0.02
+    qx, sx = R.quantize_rowwise(x)  # e4m3 (M, K), dequantizing scale (M, 1)
+    qw, sw = R.quantize_rowwise(w)  # e4m3 (N, K), (N, 1)
+    got = ops.fp8_gemm_rowwise(qx, qw, sx, sw.reshape(1, n))
+    want = (qx.float() * sx) @ (qw.float() * sw).t()
+    assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+    err = _rel(got, want)
+    assert err < GEMM_TOL, f"relative error {err:.2e}"
+    # Same call through kernels.fp8's (K, N) column-major convention and tensorwise scales.
+    qt, st = R.quantize_tensorwise(x)
+    got_t = ops.scaled_mm(qt, qw.t(), st, sw.reshape(1, n))
+    assert _rel(got_t, (qt.float() * st) @ (qw.float() * sw).t()) < GEMM_TOL
+
+
+def test_fp8_gemm_error_grows_like_cublas_fast_accum():
+    """At K = 8192 the error against exact fp32 stays within 2x that of cuBLAS's fast accum."""
+    from kernels.fp8 import reference as R
+
+    m, n, k = 2048, 2048, 8192
+    g = torch.Generator(device="cuda").manual_seed(0)
+    qx, sx = R.quantize_rowwise(torch.randn(m, k, device="cuda", generator=g))
+    qw, sw = R.quantize_rowwise(torch.randn(n, k, device="cuda", generator=g))
+    want = (qx.float() * sx) @ (qw.float() * sw).t()
+    ours = _rel(ops.fp8_gemm_rowwise(qx, qw, sx, sw.reshape(1, n)), want)
+    cublas = _rel(torch._scaled_mm(qx, qw.t(), sx, sw.reshape(1, n), out_dtype=torch.bfloat16,
+                                   use_fast_accum=True), want)
+    assert ours < max(2 * cublas, 1e-3) and ours < GEMM_TOL, (ours, cublas)
+
+
+def test_scale_is_one_over_sqrt_head_dim():
+    """A single visible key per query makes out == v exactly: catches a wrong mask or scale."""
+    b, s, h, d = 1, 256, 2, 128
+    q, k, v, _ = _inputs(b, s, s, h, h, d, seed=9)
+    out, lse = ops.attention_fwd(q, k, v, causal=True)
+    assert torch.equal(out[:, 0], v[:, 0])  # query 0 sees only key 0
+    want = (q[:, 0].float() * k[:, 0].float()).sum(-1) / math.sqrt(d)  # (B, H)
+    assert torch.allclose(lse[:, :, 0], want, atol=1e-3, rtol=1e-3)
