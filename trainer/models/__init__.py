@@ -15,6 +15,7 @@ import torch.nn as nn
 from trainer.models.llama import Llama
 from trainer.models.llama_args import LlamaArgs
 from trainer.models.llama_flavors import LLAMA3_FLAVORS
+from trainer.models.moe import MoEArgs, MoETransformer, MOE_FLAVORS
 
 _UnionType = type(int | None)  # the class of `X | Y` annotations
 
@@ -74,4 +75,5 @@ def _coerce(where: str, value: Any, hint: Any) -> Any:
 
 FAMILIES: dict[str, ModelFamily] = {
     "llama3": ModelFamily(Llama, LlamaArgs, LLAMA3_FLAVORS),
+    "moe": ModelFamily(MoETransformer, MoEArgs, MOE_FLAVORS),
 }
