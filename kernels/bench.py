@@ -13,6 +13,8 @@ OPS = {
     "attention": "kernels.attention.bench",
     "fp8_gemm": "kernels.fp8.bench",
     "rmsnorm": "kernels.norm.bench",
+    "grouped_mm": "kernels.moe.bench",
+    "thunderkittens": "kernels.thunderkittens.bench",
 }
 
 

@@ -7,6 +7,16 @@ import pytest
 # Small CPU tests must not oversubscribe the 2-core CI machine (each gloo rank is its own process).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+try:
+    import torch as _torch
+
+    # Without a GPU, Triton kernels can only run in its interpreter; it must be chosen before any
+    # module imports triton (some imports, e.g. torch._dynamo, pull it in early).
+    if not _torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    pass
+
 
 def pytest_collection_modifyitems(config, items):
     try:

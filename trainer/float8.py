@@ -16,7 +16,7 @@ Backends (`float8.backend`):
   multiplied in fp32. The emulation is numerically the fp8 recipe, not a speed-up: CPU tests and
   CPU debug runs exercise the real quantization.
 - "triton": titankit's Triton kernels (kernels/fp8; sm_90+; CUDA only).
-- "thunderkittens": not built yet (issue 10).
+- "thunderkittens": the ThunderKittens rowwise GEMM (kernels/thunderkittens; sm_90a, needs THUNDERKITTENS_ROOT).
 
 Composition:
 - Weights stay ordinary parameters (fp32 master or FSDP2's bf16 unsharded copy), so FSDP2 all-gathers
@@ -70,9 +70,9 @@ def validate_float8_config(cfg) -> None:
         raise ValueError(f"float8.recipe = {cfg.recipe!r}: must be one of {RECIPES}")
     if cfg.backend not in BACKENDS:
         raise ValueError(f"float8.backend = {cfg.backend!r}: must be one of {BACKENDS}")
-    if cfg.backend == "thunderkittens":
-        raise ValueError("float8.backend = 'thunderkittens': the ThunderKittens FP8 GEMM is not built yet "
-                         "(issue 10); use 'torch' or 'triton'")
+    if cfg.backend == "thunderkittens" and not torch.cuda.is_available():
+        raise ValueError("float8.backend = 'thunderkittens' needs an sm_90 GPU and a ThunderKittens "
+                         "checkout (THUNDERKITTENS_ROOT); on CPU use 'torch'")
     if cfg.backend == "triton" and not _interpreting():
         if not torch.cuda.is_available():
             raise ValueError("float8.backend = 'triton' needs a CUDA GPU (sm_90+); on CPU use 'torch', "
@@ -178,15 +178,15 @@ class Float8Linear(nn.Linear):
                              "must be multiples of 16 (FP8 GEMM rows are 16-byte aligned)")
         if recipe not in RECIPES:
             raise ValueError(f"Float8Linear: recipe {recipe!r} is not one of {RECIPES}")
-        if backend not in ("torch", "triton"):
-            raise ValueError(f"Float8Linear: backend {backend!r} is not 'torch' or 'triton'")
+        if backend not in BACKENDS:
+            raise ValueError(f"Float8Linear: backend {backend!r} is not one of {BACKENDS}")
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.recipe = recipe
         self.backend = backend
         self.grad_weight_high_precision = grad_weight_high_precision
         self._qbackend = "triton" if backend == "triton" else "reference"
         # Decided once (not per call, which would put a CUDA query inside compiled graphs).
-        self._cuda_gemm = "triton" if backend == "triton" else (
+        self._cuda_gemm = backend if backend != "torch" else (
             "torch" if _cuda_scaled_mm_supported() else "emulated")
 
     @classmethod
@@ -203,9 +203,9 @@ class Float8Linear(nn.Linear):
     def _gemm_backend(self, x: torch.Tensor) -> str:
         if x.is_cuda:
             return self._cuda_gemm
-        if self.backend == "triton" and not _interpreting():
-            raise ValueError("Float8Linear: float8.backend = 'triton' runs on CUDA tensors only; on CPU "
-                             "use 'torch' (emulated FP8)")
+        if self.backend == "thunderkittens" or (self.backend == "triton" and not _interpreting()):
+            raise ValueError(f"Float8Linear: float8.backend = {self.backend!r} runs on CUDA tensors only; "
+                             "on CPU use 'torch' (emulated FP8)")
         return "triton" if self.backend == "triton" else "emulated"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -169,6 +169,11 @@ class Trainer:
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the lr this step used
         self.optimizer.step()
         self.lr_scheduler.step()
+        # Model-side work after the weights moved (MoE: all-reduce expert loads, update the
+        # auxiliary-loss-free router bias identically on every rank).
+        hook = getattr(self.model, "post_optimizer_step", None)
+        if callable(hook):
+            hook()
         self.tokens_seen += self.global_tokens
         self.last_grad_norm = norm_val
         self.last_data_time = t_data

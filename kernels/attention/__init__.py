@@ -17,7 +17,7 @@ import torch
 from kernels.attention import reference, sdpa
 from kernels.attention.reference import merge_partials
 
-BACKENDS = ("reference", "sdpa", "triton")
+BACKENDS = ("reference", "sdpa", "triton", "thunderkittens")
 
 __all__ = ["BACKENDS", "attention", "attention_bwd", "attention_fwd", "merge_partials"]
 
@@ -83,6 +83,20 @@ class _ReferenceAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+def _impl(backend: str):
+    """The module implementing a fast backend (imported on first use: Triton and the ThunderKittens
+    build are only needed by runs that ask for them). Each has attention/attention_fwd/attention_bwd."""
+    if backend == "sdpa":
+        return sdpa
+    if backend == "triton":
+        from kernels.attention import triton_op
+
+        return triton_op
+    from kernels.thunderkittens import ops as tk_ops
+
+    return tk_ops
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -101,11 +115,7 @@ def attention(
     _check(q, k, v, doc_ids, doc_ids, backend)
     if backend == "reference":
         return _ReferenceAttention.apply(q, k, v, causal, doc_ids, doc_ids)
-    if backend == "sdpa":
-        return sdpa.attention(q, k, v, causal=causal, doc_ids=doc_ids)
-    from kernels.attention import triton_op
-
-    return triton_op.attention(q, k, v, causal=causal, doc_ids=doc_ids)
+    return _impl(backend).attention(q, k, v, causal=causal, doc_ids=doc_ids)
 
 
 def attention_fwd(
@@ -122,11 +132,7 @@ def attention_fwd(
     _check(q, k, v, q_doc, kv_doc, backend)
     if backend == "reference":
         return reference.attention_fwd(q, k, v, causal=causal, q_doc=q_doc, kv_doc=kv_doc)
-    if backend == "sdpa":
-        return sdpa.attention_fwd(q, k, v, causal=causal, q_doc=q_doc, kv_doc=kv_doc)
-    from kernels.attention import triton_op
-
-    return triton_op.attention_fwd(q, k, v, causal=causal, q_doc=q_doc, kv_doc=kv_doc)
+    return _impl(backend).attention_fwd(q, k, v, causal=causal, q_doc=q_doc, kv_doc=kv_doc)
 
 
 def attention_bwd(
@@ -158,12 +164,6 @@ def attention_bwd(
         return reference.attention_bwd(
             dout, q, k, v, out, lse, causal=causal, q_doc=q_doc, kv_doc=kv_doc
         )
-    if backend == "sdpa":
-        return sdpa.attention_bwd(
-            dout, q, k, v, out, lse, causal=causal, q_doc=q_doc, kv_doc=kv_doc
-        )
-    from kernels.attention import triton_op
-
-    return triton_op.attention_bwd(
+    return _impl(backend).attention_bwd(
         dout, q, k, v, out, lse, causal=causal, q_doc=q_doc, kv_doc=kv_doc
     )

@@ -27,7 +27,7 @@ from kernels.fp8 import reference
 
 GRANULARITIES = ("tensorwise", "rowwise")
 QUANTIZE_BACKENDS = ("reference", "triton")
-GEMM_BACKENDS = ("emulated", "torch", "triton")
+GEMM_BACKENDS = ("emulated", "torch", "triton", "thunderkittens")
 
 AmaxReduce = Callable[[torch.Tensor], torch.Tensor]
 
@@ -137,4 +137,9 @@ def scaled_mm(
         mm_dtype = out_dtype if out_dtype in (torch.bfloat16, torch.float32) else torch.float32
         gemm = _pick(gops.fp8_gemm, gops.gemm_impl)
         return gemm(a, b, scale_a, scale_b, mm_dtype, use_fast_accum).to(out_dtype)
+    if backend == "thunderkittens":
+        from kernels.thunderkittens import ops as tk_ops
+
+        # Always fast accumulation (no fp32 promotion): see kernels/thunderkittens/README notes.
+        return tk_ops.scaled_mm(a, b, scale_a, scale_b, out_dtype)
     raise ValueError(f"kernels/fp8: GEMM backend {backend!r} is not one of {GEMM_BACKENDS}")

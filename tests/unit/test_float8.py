@@ -160,7 +160,7 @@ def test_convert_on_meta_then_materialize():
 @pytest.mark.parametrize("key,value,match", [
     ("recipe", "delayed", "float8.recipe"),
     ("backend", "cublas", "float8.backend"),
-    ("backend", "thunderkittens", "issue 10"),
+    ("backend", "thunderkittens", "THUNDERKITTENS_ROOT"),
     ("filter_fqns", "output", "float8.filter_fqns"),
 ])
 def test_config_errors_name_the_key(key, value, match):

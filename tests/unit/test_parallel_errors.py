@@ -83,3 +83,15 @@ def test_async_tp_check_reads_profiles_and_code(caplog):
     assert check_async_tp(code)
     counts = async_tp_fused_ops(code)
     assert counts["fused_all_gather_matmul"] == 1 and counts["fused_matmul_reduce_scatter"] == 1
+
+
+def test_expert_parallel_needs_a_moe_model_and_divides_the_experts():
+    from trainer.config import ConfigError, load_config, validate_config
+
+    dense = load_config(["--parallelism.expert_parallel_degree=2"])
+    with pytest.raises(ConfigError, match="expert_parallel_degree = 2 needs a model with experts"):
+        validate_config(dense, 2)
+    moe = load_config(["--model.name=moe", "--model.flavor=moe_debug",
+                       "--parallelism.expert_parallel_degree=3", "--parallelism.data_parallel_shard_degree=3"])
+    with pytest.raises(ConfigError, match="must divide the model's 8 experts"):
+        validate_config(moe, 3)

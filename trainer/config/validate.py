@@ -129,4 +129,16 @@ def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
         dims.validate_for_model(n_heads, n_kv_heads, cfg.training.seq_len)
     except ValueError as e:
         raise ConfigError(f"{e} (model {cfg.model.name} flavor {cfg.model.flavor})") from e
+    if dims.ep > 1:
+        n_experts = getattr(args, "n_experts", None)
+        if n_experts is None:
+            raise ConfigError(
+                f"{source_of(cfg, 'parallelism.expert_parallel_degree')}: "
+                f"parallelism.expert_parallel_degree = {dims.ep} needs a model with experts "
+                f"(model.name = 'moe'); {cfg.model.name} has none")
+        if n_experts % dims.ep != 0:
+            raise ConfigError(
+                f"{source_of(cfg, 'parallelism.expert_parallel_degree')}: "
+                f"parallelism.expert_parallel_degree = {dims.ep} must divide the model's "
+                f"{n_experts} experts (model {cfg.model.name} flavor {cfg.model.flavor})")
     return dims
