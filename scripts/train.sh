@@ -3,6 +3,7 @@
 #   NGPU=8 CONFIG=configs/llama3_8b.toml ./scripts/train.sh --training.steps=100
 # NGPU: processes to start (default: all visible GPUs, or 2 CPU ranks when there is no GPU).
 # CONFIG: the TOML file (default configs/debug.toml). Extra arguments are config overrides.
+# Several nodes (see scripts/multinode.sbatch): NNODES, RDZV_ENDPOINT=host:port and RDZV_ID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -18,7 +19,13 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # With torchrun's default shared rendezvous store, a group restarted by --max-restarts reads the
 # previous attempt's addresses and fails to connect (pytorch/pytorch#135712): one store per attempt.
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-1}
-"$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NGPU" \
+if [ "${NNODES:-1}" -gt 1 ]; then
+  rdzv=(--nnodes="$NNODES" --rdzv_backend=c10d --rdzv_endpoint="${RDZV_ENDPOINT:?set host:port}"
+        --rdzv_id="${RDZV_ID:-titankit}")
+else
+  rdzv=(--standalone)
+fi
+"$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
   ${MAX_RESTARTS:+--max-restarts=$MAX_RESTARTS} \
   -m trainer.train --config "$CONFIG" "$@" &
 launcher=$!

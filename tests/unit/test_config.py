@@ -484,7 +484,7 @@ def test_model_overrides_are_checked_and_applied():
     with pytest.raises(ConfigError, match="model.overrides.n_layer:.*did you mean model.overrides.n_layers"):
         resolve_model_args(load_config(["--model.overrides.n_layer=4"]))
     assert resolve_model_args(load_config(["--model.overrides.n_kv_heads=none"])).n_kv_heads is None
-    with pytest.raises(ConfigError, match="model.overrides.n_layers = \"four\": expected int"):
+    with pytest.raises(ConfigError, match="command line: model.overrides.n_layers = 'four': expected int"):
         resolve_model_args(load_config(["--model.overrides.n_layers=four"]))
 
 

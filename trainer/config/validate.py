@@ -7,7 +7,6 @@ any process group starts; it returns the ParallelDims so the same degrees are us
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from typing import Any
 
@@ -33,31 +32,12 @@ def _family(cfg: JobConfig) -> Any:
     return FAMILIES[name]
 
 
-def _check_override_type(key: str, value: Any, hint: Any, source: str) -> Any:
-    """Check an override against the args field's annotation; int -> float where a float is due."""
-    allowed = [hint]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        allowed = [a for a in typing.get_args(hint) if a is not type(None)]
-        # TOML has no null: the string "none" resets an optional field (n_kv_heads = "none").
-        if isinstance(value, str) and value.lower() == "none" and len(allowed) < len(typing.get_args(hint)):
-            return None
-    for tp in allowed:
-        if tp is bool and isinstance(value, bool):
-            return value
-        if tp is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if tp is str and isinstance(value, str):
-            return value
-        if tp not in (bool, int, float, str):
-            return value  # a structured field (tuple, list, ...): the args class checks it
-    names = " or ".join(getattr(t, "__name__", str(t)) for t in allowed)
-    raise ConfigError(f"{source}: model.overrides.{key} = {format_value(value)}: expected {names}")
-
-
 def resolve_model_args(cfg: JobConfig) -> Any:
-    """The model args of cfg.model.flavor with cfg.model.overrides applied (dataclasses.replace)."""
+    """The model args of cfg.model.flavor with cfg.model.overrides applied.
+
+    The model family converts and applies the overrides (ModelFamily.make_args); this adds where each
+    value came from and the closest valid name to its errors.
+    """
     family = _family(cfg)
     flavor = cfg.model.flavor
     if flavor not in family.flavors:
@@ -67,28 +47,20 @@ def resolve_model_args(cfg: JobConfig) -> Any:
             f"of {cfg.model.name}{f' (did you mean {hint!r}?)' if hint else ''}; "
             f"valid: {', '.join(family.flavors)}"
         )
-    args = family.flavors[flavor]
-    fields = {f.name: f for f in dataclasses.fields(family.args_cls) if f.init}
-    try:
-        hints = typing.get_type_hints(family.args_cls)
-    except Exception:  # an annotation we cannot evaluate: let the args class check that field
-        hints = {}
-    changes = {}
-    for key, value in cfg.model.overrides.items():
-        source = source_of(cfg, f"model.overrides.{key}")
+    fields = [f.name for f in dataclasses.fields(family.args_cls) if f.init]
+    for key in cfg.model.overrides:
         if key not in fields:
-            hint = suggest(key, list(fields))
+            hint = suggest(key, fields)
             raise ConfigError(
-                f"{source}: model.overrides.{key}: {family.args_cls.__name__} has no field {key!r}"
+                f"{source_of(cfg, f'model.overrides.{key}')}: model.overrides.{key}: "
+                f"{family.args_cls.__name__} has no field {key!r}"
                 f"{f'; did you mean model.overrides.{hint}?' if hint else ''} "
                 f"Valid fields: {', '.join(fields)}"
             )
-        changes[key] = _check_override_type(key, value, hints.get(key, object), source)
     try:
-        return dataclasses.replace(args, **changes)
+        return family.make_args(flavor, cfg.model.overrides)
     except (ValueError, TypeError) as e:
-        where = source_of(cfg, "model.overrides")
-        raise ConfigError(f"{where}: model.overrides = {format_value(changes)}: {e}") from e
+        raise ConfigError(f"{source_of(cfg, 'model.overrides')}: {e}") from e
 
 
 def _batch_rule(cfg: JobConfig, dp: int) -> None:

@@ -42,7 +42,7 @@ class ModelFamily:
         for key, value in (overrides or {}).items():
             if key not in fields:
                 raise ValueError(f"[model] overrides.{key} is not a model field; valid: {', '.join(sorted(fields))}")
-            changes[key] = _coerce(f"[model] overrides.{key}", value, hints[key])
+            changes[key] = _coerce(f"model.overrides.{key}", value, hints[key])
         return dataclasses.replace(base, **changes)
 
 
@@ -70,7 +70,7 @@ def _coerce(where: str, value: Any, hint: Any) -> Any:
             except ValueError:
                 continue
     names = ", ".join(getattr(o, "__name__", str(o)) for o in options)
-    raise ValueError(f"{where}: {value!r} is not a valid {names}")
+    raise ValueError(f"{where} = {value!r}: expected {names}")
 
 
 FAMILIES: dict[str, ModelFamily] = {
