@@ -176,6 +176,7 @@ def _dtensor_worker(rank: int, world: int, store_file: str) -> None:
         torch.testing.assert_close(xd.grad.full_tensor(), xr.grad, **TOL[torch.float32])
         # Each rank's dw covers its rows only; the DTensor rule makes it a sum over ranks.
         torch.testing.assert_close(wd.grad.full_tensor(), wr.grad, **TOL[torch.float32])
+        dist.barrier()  # no rank tears gloo down while the other is still in the last collective
     finally:
         dist.destroy_process_group()
 
