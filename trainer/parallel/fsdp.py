@@ -44,6 +44,15 @@ def mixed_precision_policy(training, device_type: str) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=reduce)
 
 
+def fsdp_needed(dims: ParallelDims, training, device_type: str) -> bool:
+    """FSDP shards over dp_shard x cp, and is also what casts parameters to bf16 for compute
+    (MixedPrecisionPolicy). So it is applied whenever there is something to shard, and on a 1-rank
+    data-parallel mesh for TP-only layouts and single-GPU runs, which would otherwise silently train
+    in fp32 (torchtitan's TP-only behaviour)."""
+    mixed = device_type == "cuda" and training.mixed_precision_param != "float32"
+    return dims.fsdp_enabled or dims.hsdp_enabled or dims.tp_enabled or mixed
+
+
 def fsdp_mesh(dims: ParallelDims):
     """The mesh FSDP shards over: 1-D "dp_shard_cp", or 2-D for HSDP."""
     if dims.hsdp_enabled:

@@ -55,12 +55,9 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
 
         apply_compile(model)
 
-    # A TP-only layout still gets FSDP, over its 1-rank "dp_shard_cp" mesh: that is what casts the
-    # parameters to bf16 for compute (MixedPrecisionPolicy), so TP-only runs in mixed precision like
-    # every other layout instead of silently in fp32 (torchtitan's behaviour).
-    if dims.fsdp_enabled or dims.hsdp_enabled or dims.tp_enabled:
-        from trainer.parallel.fsdp import apply_fsdp
+    from trainer.parallel.fsdp import apply_fsdp, fsdp_needed
 
+    if fsdp_needed(dims, job_config.training, dev):
         apply_fsdp(
             model,
             dims,

@@ -156,9 +156,9 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
         logger.info("Applied FSDP2 to %d MoE units (experts over dp_mod_ep=%d, MoE over moe_dp=%d%s)",
                     units, meshes.experts["dp_mod_ep"].size(), meshes.dp["moe_dp"].size(),
                     f" x dp_replicate={dims.dp_replicate}" if dims.hsdp_enabled else "")
-    if dims.fsdp_enabled or dims.hsdp_enabled:
-        from trainer.parallel.fsdp import apply_fsdp
+    from trainer.parallel.fsdp import apply_fsdp, fsdp_needed
 
+    if fsdp_needed(dims, t, dev):
         apply_fsdp(model, dims, t, reshard_after_forward=par.fsdp_reshard_after_forward, device_type=dev)
     elif dims.world_size > 1 and meshes is None:
         logger.info("No data parallelism to apply (dp_replicate = dp_shard = cp = 1)")
