@@ -2,12 +2,19 @@
 
     python scripts/bench_train.py --suite scripts/bench_suites/h200_x2.toml --out docs/perf/run.md
     python scripts/bench_train.py --config configs/debug.toml --ngpu 2 --warmup 2 --steps 4
+    python scripts/bench_train.py --config configs/llama3_8b.toml --ngpu 2 --profile --out docs/perf/x.md
 
 A suite is a TOML file with [[variant]] tables: name, config, overrides (list of "--k=v"), and
 optionally ngpu and group. Each variant runs as its own torchrun job (so a crash or OOM costs one row),
 with log_freq 1; tokens/s/GPU is total tokens over total wall time of the steps after warm-up.
 Variants with group = "70b-layers" and overrides setting model.overrides.n_layers to two depths
 give the per-layer extrapolation of ANCHORS.md section 3 to 80 layers, printed as an estimate.
+Arguments the script does not know (--section.key=value) are config overrides, added to every variant.
+
+--profile traces --profile-steps more steps after the measured ones (so the profiler never slows the
+measured steps) with trainer.profiling, and copies each variant's summary.md (where the time goes:
+compute, exposed communication, optimizer, data) next to its log as <variant>.profile.md; --traces DIR
+also keeps the per-rank Chrome traces there.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class Result:
     mem_reserved: float = 0.0
     final_loss: float = float("nan")
     error: str = ""
+    world: int = 0  # processes the variant ran on
     resolved: dict = field(default_factory=dict)
 
 
@@ -79,28 +87,44 @@ def _default_ngpu() -> int:
     return torch.cuda.device_count() or 2
 
 
+def profile_overrides(warmup: int, steps: int, profile_steps: int) -> list[str]:
+    """Trace the profile_steps steps that follow the measured ones (trainer.profiling)."""
+    return ["--profiling.enable_profiling", f"--profiling.profile_start_step={warmup + steps + 1}",
+            f"--profiling.profile_steps={profile_steps}"]
+
+
 def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Path | None,
-                timeout: float) -> Result:
+                timeout: float, profile_steps: int = 0, trace_dir: Path | None = None) -> Result:
     ngpu = v.ngpu or _default_ngpu()
-    total = warmup + steps
+    total = warmup + steps + profile_steps
     run_name = v.name.replace(" ", "_").replace("/", "_")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ngpu}",
            "-m", "trainer.train", "--config", v.config, *v.overrides,
            f"--training.steps={total}", "--metrics.log_freq=1", "--checkpoint.enable=false",
            f"--run.dump_folder={workdir}", f"--run.name={run_name}"]
+    if profile_steps:
+        cmd += profile_overrides(warmup, steps, profile_steps)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    log = proc.stdout + proc.stderr
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        log, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:  # a hung variant costs one row, not the whole suite
+        out = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+               for x in (exc.stdout, exc.stderr)]
+        log, rc = "".join(out) + f"\ntimed out after {timeout:.0f} s (--timeout)", -1
     if log_dir is not None:
         (log_dir / f"{run_name}.log").write_text(" ".join(cmd) + "\n\n" + log)
-    res = Result(v, ok=proc.returncode == 0)
+    res = Result(v, ok=rc == 0, world=ngpu)
     if not res.ok:
         res.error = _last_error(log)
         return res
+    if profile_steps and not _keep_profile(workdir / run_name, run_name, log_dir, trace_dir):
+        res.ok, res.error = False, "the run wrote no profile_traces/step-N/summary.md"
+        return res
     rows = [json.loads(line) for line in (workdir / run_name / "metrics.jsonl").read_text().splitlines()]
-    steady = [r for r in rows if r["step"] > warmup]
+    steady = [r for r in rows if warmup < r["step"] <= warmup + steps]
     if not steady:
         res.ok, res.error = False, "no steps after warm-up"
         return res
@@ -117,21 +141,39 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     return res
 
 
+def _keep_profile(run_dir: Path, run_name: str, log_dir: Path | None, trace_dir: Path | None) -> bool:
+    """Copy the profile of a finished variant out of the (temporary) run folder; False if none."""
+    folders = sorted((run_dir / "profile_traces").glob("step-*"), key=lambda p: int(p.name[5:]))
+    if not folders or not (folders[-1] / "summary.md").is_file():
+        return False
+    if log_dir is not None:
+        shutil.copyfile(folders[-1] / "summary.md", log_dir / f"{run_name}.profile.md")
+    if trace_dir is not None:
+        shutil.copytree(folders[-1], trace_dir / run_name / folders[-1].name, dirs_exist_ok=True)
+    return True
+
+
 def _last_error(log: str) -> str:
     lines = [ln for ln in log.splitlines() if ln.strip()]
     for ln in reversed(lines):
-        if "Error" in ln or "error:" in ln:
+        if "Error" in ln or "error:" in ln or "timed out" in ln:
             return ln.strip()[:200]
     return (lines[-1] if lines else "no output")[:200]
 
 
-def _layout(r: dict) -> str:
-    p = r.get("parallelism", {})
+def _layout(r: dict, world: int) -> str:
+    p = dict(r.get("parallelism", {}))
+    if p.get("data_parallel_shard_degree", -1) == -1:
+        # -1 takes the ranks the other degrees leave (EP borrows from dp_shard, so it does not count).
+        others = 1
+        for key in ("data_parallel_replicate_degree", "tensor_parallel_degree", "context_parallel_degree"):
+            others *= p.get(key, 1)
+        p["data_parallel_shard_degree"] = world // others
     parts = []
     for key, label in (("data_parallel_replicate_degree", "rep"), ("data_parallel_shard_degree", "fsdp"),
                        ("tensor_parallel_degree", "tp"), ("context_parallel_degree", "cp"),
                        ("expert_parallel_degree", "ep")):
-        if p.get(key, 1) not in (1, -1):
+        if p.get(key, 1) != 1:
             parts.append(f"{label}{p[key]}")
     if p.get("enable_async_tensor_parallel"):
         parts.append("asyncTP")
@@ -139,6 +181,9 @@ def _layout(r: dict) -> str:
 
 
 def table(results: list[Result]) -> str:
+    import torch
+
+    cuda = torch.cuda.is_available()
     head = ("| variant | model | layout | precision | compile | AC | local batch | seq | tokens/s/GPU "
             "| TFLOP/s | MFU | max active / reserved GiB |")
     lines = [head, "|" + "---|" * 12]
@@ -148,7 +193,9 @@ def table(results: list[Result]) -> str:
             lines.append(f"| {res.variant.name} | failed: {res.error} |" + " |" * 10)
             continue
         m, t = r["model"], r["training"]
-        prec = "fp8 " + r["float8"]["recipe"] if r["float8"]["enable"] else t["mixed_precision_param"]
+        # On CPU the trainer computes in float32 whatever mixed_precision_param says.
+        prec = "fp8 " + r["float8"]["recipe"] if r["float8"]["enable"] else (
+            t["mixed_precision_param"] if cuda else "float32 (CPU)")
         ac = r["activation_checkpoint"]["mode"]
         if ac == "selective":
             ac += f" ({r['activation_checkpoint']['selective_ac_option']})"
@@ -156,29 +203,49 @@ def table(results: list[Result]) -> str:
         model = f"{m['name']} {m['flavor']}" + (f" ({layers} layers)" if layers else "")
         mfu = "n/a" if res.mfu is None else f"{res.mfu:.1f}%"
         lines.append(
-            f"| {res.variant.name} | {model} | {_layout(r)} | {prec}, attn {m['attention']} | "
+            f"| {res.variant.name} | {model} | {_layout(r, res.world)} | {prec}, attn {m['attention']} | "
             f"{'on' if r['compile']['enable'] else 'off'} | {ac} | {t['local_batch_size']} | "
             f"{t['seq_len']} | {res.tps:,.0f} | {res.tflops:.0f} | {mfu} | "
             f"{res.mem_active:.1f} / {res.mem_reserved:.1f} |")
     return "\n".join(lines)
 
 
+def extrapolate_tps(points: list[tuple[int, float]], target_layers: int) -> tuple[float, float]:
+    """(per-layer per-token seconds, tokens/s/GPU at target_layers) from (n_layers, tokens/s/GPU).
+
+    Per-token time is linear in depth, t(L) = a + b L (every layer costs the same; embedding,
+    output and loss are the constant a): the shallowest and deepest runs give b, then t(target).
+    """
+    pts = sorted((int(layers), 1.0 / tps) for layers, tps in points)
+    (l1, t1), (l2, t2) = pts[0], pts[-1]
+    if l1 == l2:
+        raise ValueError(f"extrapolation needs runs at two different depths, got only {l1} layers")
+    slope = (t2 - t1) / (l2 - l1)
+    return slope, 1.0 / (t1 + slope * (target_layers - l1))
+
+
 def extrapolate(results: list[Result], target_layers: int = 80) -> list[str]:
-    """Per-token time is linear in depth: t(L) = a + b L. Two depths give b; report t(target)."""
+    """One line per variant group: the depth extrapolation of ANCHORS.md section 3, stated as such."""
     out = []
     groups: dict[str, list[Result]] = {}
     for res in results:
-        if res.ok and res.variant.group:
+        if res.variant.group:
             groups.setdefault(res.variant.group, []).append(res)
     for group, rs in groups.items():
-        pts = sorted((int(r.resolved["model"]["overrides"]["n_layers"]), 1.0 / r.tps) for r in rs)
-        if len(pts) < 2:
+        ran = [r for r in rs if r.ok]
+        depths = [r.resolved["model"].get("overrides", {}).get("n_layers") for r in ran]
+        if None in depths:
+            out.append(f"{group}: no estimate: variant {ran[depths.index(None)].variant.name!r} does not set "
+                       "model.overrides.n_layers")
             continue
-        (l1, t1), (l2, t2) = pts[0], pts[-1]
-        slope = (t2 - t1) / (l2 - l1)
-        t_target = t1 + slope * (target_layers - l1)
+        if len(set(depths)) < 2:
+            out.append(f"{group}: no estimate: needs two depths that ran, got {sorted(set(depths))} "
+                       f"({len(rs) - len(ran)} variant(s) failed)")
+            continue
+        slope, tps = extrapolate_tps([(d, r.tps) for d, r in zip(depths, ran)], target_layers)
         out.append(f"{group}: per-layer per-token time {slope:.3e} s; extrapolated to {target_layers} "
-                   f"layers: {1.0 / t_target:,.0f} tokens/s/GPU (an estimate from {l1} and {l2} layers)")
+                   f"layers: {tps:,.0f} tokens/s/GPU (an estimate from {min(depths)} and {max(depths)} "
+                   "layers)")
     return out
 
 
@@ -207,7 +274,8 @@ def environment() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 allow_abbrev=False)  # unknown --section.key=value are overrides
     ap.add_argument("--suite", help="TOML file of [[variant]] tables")
     ap.add_argument("--config", help="a single config instead of a suite")
     ap.add_argument("--ngpu", type=int, default=0, help="processes per variant (default: all GPUs or 2)")
@@ -215,25 +283,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="measured steps after warm-up")
     ap.add_argument("--out", help="write the markdown table (and logs beside it) here")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per variant")
-    ap.add_argument("overrides", nargs="*", help="overrides for --config")
-    args = ap.parse_args(argv)
+    ap.add_argument("--profile", action="store_true",
+                    help="profile --profile-steps extra steps after the measured ones; needs --out")
+    ap.add_argument("--profile-steps", type=int, default=3, help="steps traced with --profile")
+    ap.add_argument("--traces", help="with --profile: keep each variant's Chrome traces in this folder")
+    args, overrides = ap.parse_known_args(argv)
     if bool(args.suite) == bool(args.config):
         ap.error("give exactly one of --suite or --config")
+    if args.warmup < 0 or args.steps < 1:
+        ap.error("--warmup must be >= 0 and --steps >= 1")
+    if args.profile and (not args.out or args.profile_steps < 1):
+        ap.error("--profile needs --out (summaries go next to the logs) and --profile-steps >= 1")
+    if args.traces and not args.profile:
+        ap.error("--traces only makes sense with --profile")
     variants = load_suite(args.suite) if args.suite else [
-        Variant(name=Path(args.config).stem, config=args.config, overrides=args.overrides)]
+        Variant(name=Path(args.config).stem, config=args.config)]
     for v in variants:
         v.ngpu = v.ngpu or args.ngpu
+        v.overrides = [*v.overrides, *overrides]
     log_dir = None
     if args.out:
         log_dir = Path(args.out).with_suffix("")
         log_dir.mkdir(parents=True, exist_ok=True)
+    trace_dir = Path(args.traces) if args.traces else None
+    if trace_dir is not None:
+        trace_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="titankit_bench_"))
     try:
-        results = [run_variant(v, args.warmup, args.steps, workdir, log_dir, args.timeout) for v in variants]
+        results = [run_variant(v, args.warmup, args.steps, workdir, log_dir, args.timeout,
+                               args.profile_steps if args.profile else 0, trace_dir) for v in variants]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     text = [f"Environment: {environment()}", f"Date: {time.strftime('%Y-%m-%d')}",
-            f"Steps: {args.warmup} warm-up + {args.steps} measured", "", table(results)]
+            f"Steps: {args.warmup} warm-up + {args.steps} measured"
+            + (f" + {args.profile_steps} profiled (not measured; <variant>.profile.md)"
+               if args.profile else ""),
+            "", table(results)]
     extra = extrapolate(results)
     if extra:
         text += [""] + extra

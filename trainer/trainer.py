@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
+from torch.profiler import record_function
 
 from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_model_args, validate_config
 from trainer.data import SampleStream, build_dataset, build_tokenizer
@@ -27,6 +28,7 @@ from trainer.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
 from trainer.parallel import parallelize
 from trainer.parallel.dims import env_world_size
 from trainer.parallel.init import seeded_init_fn
+from trainer.profiling import StepProfiler
 
 
 class NonFiniteError(RuntimeError):
@@ -145,9 +147,10 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(self.grad_accum):
             t0 = time.perf_counter()
-            batch = self._micro_batch()
+            with record_function("data"):
+                batch = self._micro_batch()
             t_data += time.perf_counter() - t0
-            with self._loss_context():
+            with self._loss_context(), record_function("forward_backward"):
                 logits = self.model(batch["tokens"], positions=batch["positions"],
                                     doc_ids=batch["doc_ids"])
                 # Sum over this rank's tokens / tokens of the whole step: the FSDP reduction (a sum,
@@ -167,8 +170,9 @@ class Trainer:
                 "was not applied. Lower optimizer.lr, check the data, or resume from the last "
                 "checkpoint with another seed.")
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the lr this step used
-        self.optimizer.step()
-        self.lr_scheduler.step()
+        with record_function("optimizer"):
+            self.optimizer.step()
+            self.lr_scheduler.step()
         # Model-side work after the weights moved (MoE: all-reduce expert loads, update the
         # auxiliary-loss-free router bias identically on every rank).
         hook = getattr(self.model, "post_optimizer_step", None)
@@ -188,10 +192,12 @@ class Trainer:
         local_tokens = t.local_batch_size * t.seq_len * self.grad_accum  # per DP rank, pre-CP split
         self.meter.reset()
         first = True
+        profiler = StepProfiler(cfg, self.run_dir, self.rank, dist.get_world_size(), self.device, self.step)
         while self.step < t.steps:
             if t.gc_freq > 0 and self.step % t.gc_freq == 0:
                 gc.collect(1)
             loss = self.train_step()
+            profiler.step(self.step)
             self.meter.add_step(local_tokens, self.last_data_time)
             if first:
                 set_train_timeout(cfg.comm, self.mesh)
@@ -211,6 +217,7 @@ class Trainer:
                 if self.checkpointer.preempted():
                     logger.warning(f"preemption signal: checkpoint of step {self.step} saved, exiting")
                     break
+        profiler.close()
 
     def extra_metrics(self) -> dict[str, float]:
         """Model-specific values for the log (MoE router statistics); none for dense models."""

@@ -189,6 +189,22 @@ class Comm:
 
 
 @dataclass
+class Profiling:
+    enable_profiling: bool = False
+    """Trace profile_steps steps with torch.profiler (CPU + CUDA) and write a time breakdown."""
+    profile_start_step: int = 5
+    """First traced step (1-based), after compile and warm-up; the step before it warms the profiler."""
+    profile_steps: int = 3
+    """Number of consecutive steps traced."""
+    save_traces_folder: str = "profile_traces"
+    """Folder in the run folder; step-N/ (N = last traced step) gets rank{r}_trace.json.gz, summary.md."""
+    enable_memory_snapshot: bool = False
+    """Record a CUDA memory snapshot over the same steps: rank{r}_memory_snapshot.pickle."""
+    record_shapes: bool = False
+    """Record operator input shapes in the trace (larger traces, more overhead)."""
+
+
+@dataclass
 class JobConfig:
     run: Run = field(default_factory=Run)
     model: Model = field(default_factory=Model)
@@ -203,3 +219,4 @@ class JobConfig:
     data: Data = field(default_factory=Data)
     float8: Float8 = field(default_factory=Float8)
     comm: Comm = field(default_factory=Comm)
+    profiling: Profiling = field(default_factory=Profiling)

@@ -1,0 +1,78 @@
+"""scripts/bench_train.py: a real (tiny, 2 CPU ranks) benchmark with --profile, and the 70B per-layer
+extrapolation of ANCHORS.md section 3, so the benchmark any user can rerun cannot rot."""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bench_train", ROOT / "scripts" / "bench_train.py")
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["bench_train"] = bench  # dataclasses look their module up while the class is built
+_spec.loader.exec_module(bench)
+
+TINY = ["--model.overrides.n_layers=2", "--model.overrides.dim=64", "--training.seq_len=32",
+        "--training.local_batch_size=2", "--lr_scheduler.warmup_steps=1"]
+
+
+def test_bench_runs_on_cpu_and_prints_a_table_with_profile(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "bench.md"
+    rc = bench.main(["--config", "configs/debug.toml", "--ngpu", "2", "--warmup", "1", "--steps", "2",
+                     *TINY, f"--data.cache_dir={tmp_path / 'cache'}", "--profile", "--profile-steps", "2",
+                     "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    rows = [ln for ln in printed.splitlines() if ln.startswith("| debug |")]
+    assert len(rows) == 1, printed
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    header = [c.strip() for c in printed.split("| variant |")[1].split("\n")[0].strip("|").split("|")]
+    row = dict(zip(["variant", *header], cells))
+    assert float(row["tokens/s/GPU"].replace(",", "")) > 0
+    assert row["layout"] == "fsdp2"
+    assert row["model"] == "llama3 debug (2 layers)"
+    assert row["seq"] == "32" and row["local batch"] == "2"
+    assert "Steps: 1 warm-up + 2 measured + 2 profiled" in printed
+    assert out.read_text().strip() in printed  # the written table is what was printed
+    log = (tmp_path / "bench" / "debug.log").read_text()
+    assert "--profiling.profile_start_step=4" in log  # profiled steps come after the measured ones
+    profile = (tmp_path / "bench" / "debug.profile.md").read_text()
+    assert "# Profile of steps 4-5, rank 0 of 2 (cpu)" in profile
+    assert "## Where the time goes on cpu (per step)" in profile
+    # Two FSDP ranks talk: the summary finds the collectives (gloo on CPU) and times them.
+    assert re.search(r"^\| all-gather \| \d+ \| [0-9.]+ \| [0-9.]+ \|$", profile, re.M), profile
+
+
+def _result(group: str, layers: int, tps: float):
+    return bench.Result(bench.Variant(name=f"70B {layers}L", config="c.toml", group=group), ok=True, tps=tps,
+                        resolved={"model": {"overrides": {"n_layers": layers}}})
+
+
+def test_extrapolation_reproduces_the_anchor_numbers():
+    # ANCHORS.md section 3: torchtitan's 70B first 4 / 8 layers -> 1.20e-5 s per layer, ~1,027 at 80.
+    slope, tps = bench.extrapolate_tps([(8, 8935.0), (4, 15620.0)], 80)
+    assert slope == pytest.approx(1.1975e-5, rel=1e-3)
+    assert round(tps) == 1027
+
+
+def test_extrapolation_is_exact_for_a_linear_cost():
+    a, b = 3.7e-5, 1.3e-5  # seconds per token: fixed part and per layer
+    pts = [(layers, 1.0 / (a + b * layers)) for layers in (4, 8)]
+    slope, tps = bench.extrapolate_tps(pts, 80)
+    assert slope == pytest.approx(b, rel=1e-9)
+    assert tps == pytest.approx(1.0 / (a + 80 * b), rel=1e-9)
+    lines = bench.extrapolate([_result("70b", 4, pts[0][1]), _result("70b", 8, pts[1][1])])
+    assert lines == [f"70b: per-layer per-token time 1.300e-05 s; extrapolated to 80 layers: "
+                     f"{1.0 / (a + 80 * b):,.0f} tokens/s/GPU (an estimate from 4 and 8 layers)"]
+
+
+def test_extrapolation_says_why_it_has_no_estimate():
+    failed = _result("70b", 8, 0.0)
+    failed.ok = False
+    lines = bench.extrapolate([_result("70b", 4, 15620.0), failed])
+    assert lines == ["70b: no estimate: needs two depths that ran, got [4] (1 variant(s) failed)"]
+    with pytest.raises(ValueError, match="two different depths"):
+        bench.extrapolate_tps([(4, 100.0), (4, 120.0)], 80)
