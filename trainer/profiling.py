@@ -344,7 +344,7 @@ class StepProfiler:
 
     def __init__(self, cfg: JobConfig, run_dir: Path, rank: int, world_size: int, device: torch.device,
                  current_step: int = 0):
-        check_profiling_config(cfg)
+        # The window was checked by validate_config (check_profiling_config) before start-up.
         p: Profiling = cfg.profiling
         self.cfg, self.rank, self.world_size, self.device = p, rank, world_size, device
         self.root = Path(run_dir) / p.save_traces_folder

@@ -88,7 +88,13 @@ def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
     """All checks for a run on `world_size` ranks; returns the run's ParallelDims."""
     from trainer.parallel.dims import ParallelDims
 
+    from trainer.profiling import check_profiling_config
+
     check_values(cfg)
+    try:
+        check_profiling_config(cfg)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
     try:
         dims = ParallelDims.from_config(cfg.parallelism, world_size)
     except ValueError as e:
