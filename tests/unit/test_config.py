@@ -527,3 +527,21 @@ def test_cli_tool_prints_loadable_resolved_toml(tmp_path):
     # hold a global batch of 8 in micro-batches of 2.
     bad = run_cli("--config", str(f), "--training.global_batch_size=8", env_extra={"WORLD_SIZE": "3"})
     assert bad.returncode == 2 and "training.global_batch_size = 8" in bad.stderr
+
+
+@pytest.mark.parametrize("name,flavor", [("llama3", "debug"), ("moe", "moe_debug")])
+def test_model_attention_reaches_every_attention_core(name, flavor):
+    """`model.attention` must select the backend the built model actually calls."""
+    import torch
+
+    from trainer.config import resolve_model_args
+    from trainer.models import FAMILIES
+
+    cfg = load_config([f"--model.name={name}", f"--model.flavor={flavor}", "--model.attention=triton"])
+    args = resolve_model_args(cfg)
+    with torch.device("meta"):
+        model = FAMILIES[name].model_cls(args)
+    backends = {block.attention.core.backend for block in model.layers.values()}
+    assert backends == {"triton"}
+    with pytest.raises(ConfigError, match="conflicts with model.attention"):
+        resolve_model_args(load_config(["--model.overrides.attention=reference"]))

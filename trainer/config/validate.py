@@ -57,8 +57,17 @@ def resolve_model_args(cfg: JobConfig) -> Any:
                 f"{f'; did you mean model.overrides.{hint}?' if hint else ''} "
                 f"Valid fields: {', '.join(fields)}"
             )
+    overrides = dict(cfg.model.overrides)
+    # model.attention picks the attention backend of every model family (MoE args inherit Llama's).
+    if "attention" in overrides and overrides["attention"] != cfg.model.attention:
+        raise ConfigError(
+            f"{source_of(cfg, 'model.overrides.attention')}: model.overrides.attention = "
+            f"{format_value(overrides['attention'])} conflicts with model.attention = "
+            f"{format_value(cfg.model.attention)}; set the backend with model.attention only")
+    if "attention" in fields:
+        overrides["attention"] = cfg.model.attention
     try:
-        return family.make_args(flavor, cfg.model.overrides)
+        return family.make_args(flavor, overrides)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{source_of(cfg, 'model.overrides')}: {e}") from e
 
