@@ -32,12 +32,20 @@ GEMM_BACKENDS = ("emulated", "torch", "triton", "thunderkittens")
 AmaxReduce = Callable[[torch.Tensor], torch.Tensor]
 
 
+_TRITON_OPS: tuple | None = None
+
+
 def _triton_ops():
-    try:
-        from kernels.fp8 import gemm_fp8_sm90, quantize_e4m3
-    except ImportError as e:  # triton missing or too old for tensor descriptors
-        raise ValueError(f"kernels/fp8: the 'triton' backend needs triton >= 3.4 ({e})") from e
-    return quantize_e4m3, gemm_fp8_sm90
+    """(quantize_e4m3, gemm_fp8_sm90), imported on first use and then a global read (this runs on
+    every call, where an import statement alone costs ~1 us)."""
+    global _TRITON_OPS
+    if _TRITON_OPS is None:
+        try:
+            from kernels.fp8 import gemm_fp8_sm90, quantize_e4m3
+        except ImportError as e:  # triton missing or too old for tensor descriptors
+            raise ValueError(f"kernels/fp8: the 'triton' backend needs triton >= 3.4 ({e})") from e
+        _TRITON_OPS = (quantize_e4m3, gemm_fp8_sm90)
+    return _TRITON_OPS
 
 
 def _pick(op, impl):
@@ -136,7 +144,8 @@ def scaled_mm(
         # The kernel writes bf16 or fp32; other dtypes (fp16) are cast from fp32.
         mm_dtype = out_dtype if out_dtype in (torch.bfloat16, torch.float32) else torch.float32
         gemm = _pick(gops.fp8_gemm, gops.gemm_impl)
-        return gemm(a, b, scale_a, scale_b, mm_dtype, use_fast_accum).to(out_dtype)
+        out = gemm(a, b, scale_a, scale_b, mm_dtype, use_fast_accum)
+        return out if mm_dtype == out_dtype else out.to(out_dtype)
     if backend == "thunderkittens":
         from kernels.thunderkittens import ops as tk_ops
 

@@ -16,6 +16,11 @@ Two timers (--timer):
 The host time per call (us, GPU kept busy so the launches only queue) and the autotuner's pick per
 shape are printed after the tables, so that slow cells can be told apart: host-bound or kernel-bound.
 "max rel err" is Triton rowwise promo vs torch._scaled_mm rowwise promo, relative to the largest |out|.
+
+ThunderKittens: when THUNDERKITTENS_ROOT points at a ThunderKittens clone and the extension builds
+(kernels/thunderkittens/build.py; the first build takes minutes, then it is cached), a "tk rw fast"
+column times titankit's TK rowwise GEMM (fast accumulation only), and "tk rel err" compares it with
+torch._scaled_mm rowwise fast the same way. Otherwise one line says why the column is absent.
 """
 
 from __future__ import annotations
@@ -32,12 +37,31 @@ SHAPES = {
     "70b": [("70B wq/wo", 8192, 8192, 8192), ("70B wk/wv", 8192, 8192, 1024),
             ("70B w1/w3", 8192, 8192, 28672), ("70B w2", 8192, 28672, 8192)],
 }
-COLUMNS = ["bf16 mm", "scaled_mm tw fast", "triton tw fast", "scaled_mm rw fast", "triton rw fast",
-           "scaled_mm rw promo", "triton rw promo"]
-TRITON_COLUMNS = [c for c in COLUMNS if c.startswith("triton")]
+BASE_COLUMNS = ["bf16 mm", "scaled_mm tw fast", "triton tw fast", "scaled_mm rw fast", "triton rw fast",
+                "scaled_mm rw promo", "triton rw promo"]
+TK_COLUMN = "tk rw fast"
+TRITON_COLUMNS = [c for c in BASE_COLUMNS if c.startswith("triton")]
 
 
-def _fns(M: int, K: int, N: int) -> dict:
+def thunderkittens_status() -> str | None:
+    """None when the ThunderKittens GEMM can run here (building the extension if needed), else the
+    one-line reason it cannot."""
+    import os
+
+    if not os.environ.get("THUNDERKITTENS_ROOT"):
+        return "THUNDERKITTENS_ROOT is not set"
+    from kernels.thunderkittens import build
+
+    try:
+        build.extension()
+    except build.ThunderKittensUnavailable as e:
+        return str(e).splitlines()[0]
+    except (RuntimeError, OSError, ImportError) as e:  # nvcc or the linker failed: say so, once
+        return f"the extension did not build: {str(e).splitlines()[0][:160]}"
+    return None
+
+
+def _fns(M: int, K: int, N: int, with_tk: bool) -> dict:
     from kernels import fp8
     from kernels.fp8 import reference as R
 
@@ -57,7 +81,7 @@ def _fns(M: int, K: int, N: int) -> dict:
     def cublas(a, b, sa, sb, fast):
         return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=bf16, use_fast_accum=fast)
 
-    return {
+    fns = {
         "bf16 mm": lambda: x @ w.t(),
         "scaled_mm tw fast": cublas(qx_t, qw_t.t(), sx_t, sw_t, True),
         "triton tw fast": triton(qx_t, qw_t.t(), sx_t, sw_t, True),
@@ -66,12 +90,18 @@ def _fns(M: int, K: int, N: int) -> dict:
         "scaled_mm rw promo": cublas(qx_r, qw_r.t(), sx_r, sw_r, False),
         "triton rw promo": triton(qx_r, qw_r.t(), sx_r, sw_r, False),
     }
+    if with_tk:
+        fns[TK_COLUMN] = lambda: fp8.scaled_mm(qx_r, qw_r.t(), sx_r, sw_r, bf16, True, "thunderkittens")
+    return fns
 
 
 def _tuned_pick(fn) -> str:
     """Run fn once (autotuning its key if new) and describe the chosen config and the spread."""
-    from kernels.fp8.gemm_fp8_sm90 import _fp8_gemm_tuned
+    from kernels.fp8.gemm_fp8_sm90 import _fp8_gemm_tuned, clear_plans
 
+    # Without its plan the call goes through the autotuner (a cache hit for a key tuned before, e.g.
+    # 70B wq/wo after 8192^3), which then reports the config it uses.
+    clear_plans()
     _fp8_gemm_tuned.configs_timings = None
     fn()
     torch.cuda.synchronize()
@@ -120,17 +150,22 @@ def main(argv: list[str] | None = None) -> int:
 
     timers = ["graph", "events"] if args.timer == "both" else [args.timer]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
+    tk_missing = thunderkittens_status()
+    if tk_missing:
+        print(f"ThunderKittens column skipped: {tk_missing}")
+    columns = BASE_COLUMNS + ([] if tk_missing else [TK_COLUMN])
+    errs = ["max rel err"] + ([] if tk_missing else ["tk rel err"])
     tables = {t: [] for t in timers}
     picks, host = [], {}
     for group in groups:
         for label, M, K, N in SHAPES[group]:
-            fns = _fns(M, K, N)
+            fns = _fns(M, K, N, with_tk=not tk_missing)
             # Autotune first (outside any timing or graph capture), recording each Triton pick.
             picks.append((label, [_tuned_pick(fns[c]) for c in TRITON_COLUMNS]))
             flops = 2.0 * M * N * K
             for timer in timers:
                 row = []
-                for name in COLUMNS:
+                for name in columns:
                     if timer == "graph":
                         ms = triton.testing.do_bench_cudagraph(fns[name], rep=20, return_mode="median")
                     else:
@@ -138,22 +173,28 @@ def main(argv: list[str] | None = None) -> int:
                                                      return_mode="median")
                     row.append(flops / (ms * 1e-3) / 1e12)
                 tables[timer].append((label, M, K, N, row))
-            ref = fns["scaled_mm rw promo"]().float()
-            err = ((fns["triton rw promo"]().float() - ref).abs().max() / ref.abs().max()).item()
+            pairs = [("triton rw promo", "scaled_mm rw promo")]
+            if not tk_missing:
+                pairs.append((TK_COLUMN, "scaled_mm rw fast"))
+            err = []
+            for ours, theirs in pairs:
+                ref = fns[theirs]().float()
+                err.append(((fns[ours]().float() - ref).abs().max() / ref.abs().max()).item())
             for timer in timers:
                 tables[timer][-1] = (*tables[timer][-1], err)
             if label == "8B wk/wv":
-                host = {c: _host_us(fns[c]) for c in ("scaled_mm rw fast", "triton rw fast")}
+                host = {c: _host_us(fns[c]) for c in ("scaled_mm rw fast", "triton rw fast", TK_COLUMN)
+                        if c in fns}
             print(f"  done {label}", flush=True)
     for timer in timers:
         what = ("GPU time: CUDA graph replay (do_bench_cudagraph)" if timer == "graph" else
                 "do_bench: CUDA events per call after an L2 flush (includes host time the GPU waits on)")
         print(f"\nTFLOP/s, {what}, median, bf16 output\n")
-        print("| shape | M | K | N | " + " | ".join(COLUMNS) + " | max rel err |")
-        print("|" + "---|" * (len(COLUMNS) + 5))
+        print("| shape | M | K | N | " + " | ".join(columns + errs) + " |")
+        print("|" + "---|" * (len(columns) + len(errs) + 4))
         for label, M, K, N, row, err in tables[timer]:
-            cells = " | ".join(f"{t:,.0f}" for t in row)
-            print(f"| {label} | {M} | {K} | {N} | {cells} | {err:.1e} |")
+            cells = " | ".join([f"{t:,.0f}" for t in row] + [f"{e:.1e}" for e in err])
+            print(f"| {label} | {M} | {K} | {N} | {cells} |")
     print("\nTriton autotuner picks (BLOCK_MxBLOCK_NxBLOCK_K[s: split epilogue]/warps/stages):\n")
     print("| shape | " + " | ".join(TRITON_COLUMNS) + " |")
     print("|" + "---|" * (len(TRITON_COLUMNS) + 1))

@@ -227,6 +227,38 @@ def gemm_persistent_configs():
 
 
 @check
+def gemm_plan_reused_after_first_call():
+    """The host path (gemm_fp8_sm90.py "Host path"): the first call of a shape builds a plan (on GPU:
+    the only autotuner run), later calls reuse it, every call is right, a new shape or output dtype
+    gets its own plan, and degenerate shapes need none."""
+    import torch
+
+    from kernels.fp8 import gemm_fp8_sm90 as G
+
+    G.clear_plans()
+    stats = G.launch_stats
+    built, planned = stats["plans_built"], stats["planned_launches"]
+    a, b, sa, sb, ref = _gemm_case(80, 112, 144, rowwise=True, seed=11)
+    for _ in range(3):
+        _assert_gemm_close(G.fp8_gemm_launch(a, b, sa, sb, torch.float32, False), ref)
+    assert stats["plans_built"] == built + 1 and stats["planned_launches"] == planned + 2, stats
+    assert len(G._PLANS) == 1
+    (plan,) = G._PLANS.values()
+    assert all(d.base is None for d in plan.descs), "a plan must not keep the first call's tensors alive"
+    G.fp8_gemm_launch(a, b, sa, sb, torch.bfloat16, False)  # another output dtype: another kernel
+    a2, b2, sa2, sb2, ref2 = _gemm_case(48, 64, 32, rowwise=False, seed=12)
+    for _ in range(2):
+        _assert_gemm_close(G.fp8_gemm_launch(a2, b2, sa2, sb2, torch.float32, True), ref2)
+    assert stats["plans_built"] == built + 3 and len(G._PLANS) == 3, stats
+    # M = 0 and K = 0 are valid products (empty, and all zeros) that launch nothing.
+    empty = G.fp8_gemm_launch(a[:0], b, sa[:0], sb, torch.float32, False)
+    assert empty.shape == (0, 144)
+    zeros = G.fp8_gemm_launch(a[:, :0], b[:0], sa, sb, torch.float32, False)
+    assert zeros.shape == (80, 144) and not bool(zeros.any())
+    assert stats["plans_built"] == built + 3
+
+
+@check
 def gemm_rejects_bad_arguments():
     import torch
 
@@ -238,6 +270,8 @@ def gemm_rejects_bad_arguments():
         (a.float(), b, sa, sb),  # not fp8
         (a, b, sa.reshape(1, -1), sb),  # wrong scale shape
         (a[:, :40].contiguous(), b[:40], sa, sb),  # K not a multiple of 16
+        # a at an odd byte offset: TMA needs 16-byte aligned bases (a ValueError, not triton's assert)
+        (torch.empty(a.numel() + 1, dtype=a.dtype)[1:].view(a.shape).copy_(a), b, sa, sb),
     ]
     for args in bad:
         try:
@@ -345,8 +379,87 @@ def test_fp8_kernel_in_interpreter(name, interpreter_results):
     assert interpreter_results[name] == "ok", interpreter_results[name]
 
 
+def test_bench_says_why_the_thunderkittens_column_is_absent(monkeypatch, tmp_path):
+    """`python -m kernels.bench fp8_gemm` adds a ThunderKittens column only when the extension can
+    be built; otherwise it prints one line with the reason (no GPU is needed to get the reason)."""
+    from kernels.fp8.bench import thunderkittens_status
+
+    monkeypatch.delenv("THUNDERKITTENS_ROOT", raising=False)
+    assert thunderkittens_status() == "THUNDERKITTENS_ROOT is not set"
+    monkeypatch.setenv("THUNDERKITTENS_ROOT", str(tmp_path))  # not a ThunderKittens clone
+    reason = thunderkittens_status()
+    assert reason is not None and "include/kittens.cuh" in reason and "\n" not in reason
+
+
+SMEM_MARK = "FP8_SM90_SHARED "
+
+
+def _sm90_shared_bytes() -> list:
+    """Compile every autotune config for sm_90 (no GPU needed: triton's own ptxas) in both output
+    dtypes; Triton's count of the shared memory each one allocates. Each config is compiled once per
+    dtype, in fast accumulation if it is a FAST config (promotion adds registers, not shared memory:
+    the 128x128 configs of both lists allocate the same bytes in both modes)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernels.fp8.gemm_fp8_sm90 import CONFIGS, FAST_CONFIGS, _fp8_gemm_kernel
+
+    names = _fp8_gemm_kernel.arg_names
+    rows = []
+    for c in CONFIGS:
+        fast = c in FAST_CONFIGS
+        k = c.kwargs
+        bm, bn, bk, split = k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"], k["EPILOGUE_SPLIT"]
+        for out in ("bf16", "fp32"):
+            sig = {"a_desc": f"tensordesc<fp8e4nv[{bm}, {bk}]>", "b_desc": f"tensordesc<fp8e4nv[{bn}, {bk}]>",
+                   "c_desc": f"tensordesc<{out}[{bm}, {bn // 2 if split else bn}]>",
+                   "scale_a_ptr": "*fp32", "scale_b_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32"}
+            consts = dict(ROWWISE=True, FAST_ACCUM=fast, OUT_BF16=out == "bf16", NUM_SMS=132, **k)
+            sig.update({n: "constexpr" for n in consts})
+            src = ASTSource(_fp8_gemm_kernel, sig, constexprs={(names.index(n),): v for n, v in consts.items()})
+            kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                    options=dict(num_warps=c.num_warps, num_stages=c.num_stages))
+            rows.append(dict(fast=fast, out=out, kwargs=k, num_warps=c.num_warps,
+                             num_stages=c.num_stages, shared=int(kernel.metadata.shared)))
+    return rows
+
+
+def test_gemm_shared_memory_model_matches_triton():
+    """smem_bytes (which prunes the autotune configs per output dtype) against what Triton really
+    allocates on sm_90: never below it (a config it keeps would fail with OutOfResources, the H200
+    failure of test_every_autotune_config_is_correct with fp32 output), at most the 2 KiB barrier
+    slack above it (so no config that fits is dropped), and each mode keeps configs in both dtypes."""
+    pytest.importorskip("triton")
+    import torch
+
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, __file__, "--sm90-shared"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(SMEM_MARK)]
+    assert proc.returncode == 0 and lines, f"child failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    rows = json.loads(lines[-1][len(SMEM_MARK):])
+
+    import triton
+
+    from kernels.fp8.gemm_fp8_sm90 import _SMEM_SLACK, SM90_SMEM_BYTES, configs_for, smem_bytes
+
+    for r in rows:
+        cfg = triton.Config(r["kwargs"], num_warps=r["num_warps"], num_stages=r["num_stages"])
+        out_dtype = torch.bfloat16 if r["out"] == "bf16" else torch.float32
+        model = smem_bytes(cfg, out_dtype)
+        assert r["shared"] <= model <= r["shared"] + _SMEM_SLACK, (r, model)
+        assert (r["shared"] <= SM90_SMEM_BYTES) == (model <= SM90_SMEM_BYTES), (r, model)
+    for fast in (True, False):
+        for out_dtype in (torch.bfloat16, torch.float32):
+            assert configs_for(fast, out_dtype), (fast, out_dtype)
+
+
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    if sys.argv[1:] == ["--sm90-shared"]:
+        print(SMEM_MARK + json.dumps(_sm90_shared_bytes()), flush=True)
+        sys.exit(0)
     if os.environ.get("TRITON_INTERPRET") != "1":
         sys.exit("run with TRITON_INTERPRET=1 (pytest does this for you)")
-    sys.path.insert(0, str(ROOT))
     print(MARK + json.dumps(_run_checks()), flush=True)
