@@ -4,21 +4,27 @@ Every rank builds the same random full-sequence q, k, v and output gradient, com
 reference attention on the whole sequence, then runs ContextParallelAttention on its load-balanced
 shard (chunks r and 2cp-1-r) and compares its output and dq/dk/dv with the matching rows of the
 reference. GQA (4 query heads, 2 KV heads), with and without document masks, backends
-"reference" and "sdpa".
+"reference" and "sdpa". A compiled, selectively checkpointed block with CP attention must stay one
+graph, match eager, and not rerun the CP forward (its communication) during recomputation.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import socket
 import traceback
+import types
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernels.attention import attention
+from trainer.parallel.checkpointing import apply_ac
 from trainer.parallel.context import ContextParallelAttention, load_balanced_index
 
 pytestmark = pytest.mark.slow
@@ -87,6 +93,76 @@ def _check_cp(rank: int, world: int) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_cp_attention_matches_single_process(world: int) -> None:
     spawn_world(world, _check_cp)
+
+
+class _Block(nn.Module):
+    """A tiny attention block: projections around the CP core, like a Llama block's attention."""
+
+    def __init__(self, core: nn.Module):
+        super().__init__()
+        self.wq, self.wo = nn.Linear(32, 32, bias=False), nn.Linear(32, 32, bias=False)
+        self.wk, self.wv = nn.Linear(32, 16, bias=False), nn.Linear(32, 16, bias=False)  # GQA
+        self.core = core
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.wq(x).view(b, s, 4, 8).sin()  # element-wise ops that checkpointing recomputes
+        k = self.wk(x).view(b, s, 2, 8).cos()
+        v = self.wv(x).view(b, s, 2, 8)
+        return x + self.wo(self.core(q, k, v, None).reshape(b, s, 32)).relu()
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls[str(func.overloadpacket)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _check_compiled_cp(rank: int, world: int) -> None:
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    s = 8 * world
+    x_full = torch.randn(2, s, 32, generator=torch.Generator().manual_seed(3))
+    x_local = x_full[:, load_balanced_index(s, world, rank)]
+    for method in ("ring", "allgather"):
+        results = {}
+        for compiled in (False, True):
+            torch.manual_seed(0)
+            model = nn.Module()
+            model.layers = nn.ModuleDict(
+                {"0": _Block(ContextParallelAttention(dist.group.WORLD, method, "sdpa"))})
+            apply_ac(model, types.SimpleNamespace(mode="selective", selective_ac_option="op"))
+            block = model.layers["0"]
+            if compiled:
+                torch._dynamo.reset()
+                counters.clear()
+                # aot_eager runs the same dynamo trace and activation-checkpoint partitioning as
+                # inductor, without its C++ compile time.
+                block.compile(backend="aot_eager")
+            x = x_local.clone().requires_grad_()
+            y = block(x)
+            counting = _CountOps()
+            with counting:
+                y.square().sum().backward()
+            name = f"{method} compiled={compiled}"
+            # Recomputation must reuse the saved CP output, not rerun the ring / all-gather.
+            assert counting.calls["titankit.cp_attention_fwd"] == 0, (name, counting.calls)
+            assert counting.calls["titankit.cp_attention_bwd"] == 1, (name, counting.calls)
+            results[compiled] = (y.detach(), x.grad, block.wq.weight.grad)
+            if compiled:
+                assert not counters["graph_break"], f"{name}: {dict(counters['graph_break'])}"
+                assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+        for got, want in zip(results[True], results[False]):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_checkpointed_block_is_one_graph() -> None:
+    spawn_world(2, _check_compiled_cp)
 
 
 def test_load_balanced_index() -> None:

@@ -6,6 +6,7 @@ The reference is checked against independent float64 math (K/V expanded, softmax
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -189,3 +190,108 @@ def test_bad_inputs_raise_value_errors():
                       backend="reference")
     with pytest.raises(ValueError, match="lse must be"):
         attention_bwd(q, q, k, v, q, torch.zeros(1, 4, 5), causal=True, backend="sdpa")
+
+
+# ----------------------------------------------------------------------------- the "sdpa" pair
+
+
+def test_sdpa_pair_op_choice_is_validated():
+    from kernels.attention import sdpa
+
+    with pytest.raises(ValueError, match="'cutlass' is not one of"):
+        sdpa.set_cuda_pair_op("cutlass")
+
+
+@pytest.mark.parametrize("sq,skv", [(9, 24), (20, 12), (16, 16)])
+def test_sdpa_pair_bottom_right_causal_stays_fused(sq, skv, caplog):
+    """Causal Sq != Skv is split into fused calls (prefix + diagonal), not the slow reference."""
+    from kernels.attention import sdpa
+
+    sdpa._WARNED.clear()
+    q, k, v, do = _inputs(2, sq, skv, 4, 2, 16, seed=11)
+    with caplog.at_level(logging.WARNING, logger=sdpa.__name__):
+        out, lse = attention_fwd(q, k, v, causal=True, backend="sdpa")
+        grads = attention_bwd(do, q, k, v, out, lse, causal=True, backend="sdpa")
+    assert "reference math" not in caplog.text
+    ref_out, ref_lse = _naive(q, k, v, True)
+    dead = torch.isinf(ref_lse)
+    torch.testing.assert_close(out.double(), ref_out, atol=1e-5, rtol=1e-5)
+    assert torch.equal(torch.isinf(lse), dead)
+    torch.testing.assert_close(lse[~dead].double(), ref_lse[~dead], atol=1e-5, rtol=1e-5)
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    torch.nan_to_num(_naive(*leaves, True)[0], nan=0.0).mul(do.double()).sum().backward()
+    for got, leaf in zip(grads, leaves):
+        torch.testing.assert_close(got.double(), leaf.grad, atol=1e-4, rtol=1e-4)
+
+
+GPU_CASES = [  # (b, sq, skv, hq, hkv, d, causal)
+    (1, 256, 256, 8, 2, 128, True),  # the diagonal block of ring attention (GQA)
+    (2, 128, 256, 4, 4, 64, False),  # a query half against a whole K/V block
+    (1, 256, 128, 8, 1, 128, False),  # all queries against half a K/V block (MQA)
+    (1, 128, 384, 8, 2, 64, True),  # bottom-right causal, Sq < Skv (split)
+    (1, 384, 128, 8, 2, 64, True),  # bottom-right causal, Sq > Skv (dead rows)
+]
+
+
+@pytest.fixture(params=["cudnn", "flash"])
+def cuda_pair_op(request):
+    from kernels.attention import sdpa
+
+    sdpa.set_cuda_pair_op(request.param)
+    yield request.param
+    sdpa.set_cuda_pair_op("auto")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_sdpa_cuda_pair_matches_reference(case, cuda_pair_op):
+    """cuDNN and FlashAttention-2 behind the pair, bf16 on CUDA, against the fp32 reference."""
+    from kernels.attention import sdpa
+
+    b, sq, skv, hq, hkv, d, causal = case
+    q, k, v, do = (t.cuda() for t in _inputs(b, sq, skv, hq, hkv, d, dtype=torch.bfloat16,
+                                             seed=13))
+    out, lse = attention_fwd(q, k, v, causal=causal, backend="sdpa")
+    assert sdpa.cuda_pair_op(q) == cuda_pair_op
+    ref_out, ref_lse = attention_fwd(q, k, v, causal=causal, backend="reference")
+    assert out.dtype == torch.bfloat16 and lse.shape == (b, hq, sq) and lse.dtype == torch.float32
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=3e-2, rtol=3e-2)
+    live = ~torch.isinf(ref_lse)
+    assert torch.equal(torch.isinf(lse), ~live)
+    torch.testing.assert_close(lse[live], ref_lse[live], atol=3e-2, rtol=3e-2)
+    grads = attention_bwd(do, q, k, v, ref_out, ref_lse, causal=causal, backend="sdpa")
+    ref_grads = attention_bwd(do, q, k, v, ref_out, ref_lse, causal=causal, backend="reference")
+    for got, want in zip(grads, ref_grads):
+        assert got.dtype == torch.bfloat16 and got.shape == want.shape
+        torch.testing.assert_close(got.float(), want.float(), atol=1.2e-1, rtol=1.2e-1)
+
+
+@pytest.mark.gpu
+def test_sdpa_cuda_pair_takes_a_global_lse(cuda_pair_op):
+    """The ring contract on CUDA: two key blocks merged by lse equal the full attention, and each
+    block's backward with the global out/lse sums to the full gradients (bf16, GQA, D 128)."""
+    b, s, hq, hkv, d = 1, 512, 8, 2, 128
+    q, k, v, do = (t.cuda() for t in _inputs(b, s, s, hq, hkv, d, dtype=torch.bfloat16, seed=17))
+    h = s // 2
+    qs, dos = q[:, h:], do[:, h:]
+    blocks = [(slice(0, h), False), (slice(h, s), True)]
+    parts = [attention_fwd(qs, k[:, sl], v[:, sl], causal=c, backend="sdpa") for sl, c in blocks]
+    out, lse = merge_partials(parts[0][0], parts[0][1], parts[1][0], parts[1][1])
+    full_out, full_lse = attention_fwd(q, k, v, causal=True, backend="reference")
+    torch.testing.assert_close(out, full_out[:, h:].float(), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(lse, full_lse[:, :, h:], atol=3e-2, rtol=3e-2)
+    out = out.to(q.dtype)
+    dq = torch.zeros(qs.shape, dtype=torch.float32, device="cuda")
+    dk = torch.zeros(k.shape, dtype=torch.float32, device="cuda")
+    dv = torch.zeros(v.shape, dtype=torch.float32, device="cuda")
+    for sl, c in blocks:
+        gq, gk, gv = attention_bwd(dos, qs, k[:, sl], v[:, sl], out, lse, causal=c,
+                                   backend="sdpa")
+        dq += gq.float()
+        dk[:, sl] += gk.float()
+        dv[:, sl] += gv.float()
+    do_half = torch.cat([torch.zeros_like(do[:, :h]), dos], dim=1)
+    ref = attention_bwd(do_half, q, k, v, full_out, full_lse, causal=True, backend="reference")
+    torch.testing.assert_close(dq, ref[0][:, h:].float(), atol=1.2e-1, rtol=1.2e-1)
+    torch.testing.assert_close(dk, ref[1].float(), atol=1.2e-1, rtol=1.2e-1)
+    torch.testing.assert_close(dv, ref[2].float(), atol=1.2e-1, rtol=1.2e-1)

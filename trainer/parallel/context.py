@@ -5,17 +5,33 @@ The sequence of every sample is cut into 2 x cp chunks; CP rank r holds chunks r
 even). Everything but attention is token-local, so only `attention.core` of each block is replaced
 (by `ContextParallelAttention`); the model code is untouched. Two methods:
 
-ring       K/V blocks travel around the CP group with P2P send/recv (overlapped with compute); each
-           rank merges the partial attention over each block by its log-sum-exp (Liu et al. 2023,
-           "Ring Attention"). The backward runs the ring again, passing dK/dV accumulators along
-           with the K/V blocks, using the GLOBAL out/lse so each block's gradient share is exact.
-allgather  K/V are all-gathered over CP, each local query chunk attends to the prefix it may see
-           (Llama 3 paper, section 3.3.2); the backward reduce-scatters dK/dV to their owners.
+ring       K/V blocks travel around the CP group with P2P send/recv, each transfer posted before
+           the compute on the block at hand; each rank merges the partial attention over each
+           block by its log-sum-exp (Liu et al. 2023, "Ring Attention"). The backward runs the ring
+           again with the GLOBAL out/lse, so each block's gradient share is exact, and sends each
+           share of dK/dV straight back to the block's owner, hidden behind the local work.
+allgather  K/V are all-gathered over CP, each local query chunk attends to exactly the prefix it
+           may see (Llama 3 paper, section 3.3.2); the backward reduce-scatters fp32 dK/dV to their
+           owners. The diagonal blocks need only local K/V, so they are computed while the
+           all-gather (forward, backward) and the reduce-scatter (backward) are in flight.
+
+Only visible block pairs are computed, the diagonal ones with the backend's causal kernel, and each
+rank does the same 4c^2 query-key pairs per call (c the chunk length).
+
+Both methods are torch custom ops (titankit::cp_attention_fwd / _bwd, with the communication
+inside), so a compiled block stays one graph: no graph break per block, activation checkpointing's
+per-op policy keeps the CP output (titankit::*attention_fwd ops are saved) instead of rerunning the
+ring during recomputation, and inductor fuses what surrounds attention. (With the former
+torch._dynamo.disable'd autograd.Function, a selectively checkpointed compiled block could not be
+traced at all and ran entirely eagerly.) Every rank runs the same graph, so the collectives inside
+the opaque op are issued in the same order everywhere.
 
 Both work with every backend of kernels.attention, on CPU (gloo) and CUDA (nccl). Partial outputs
-are merged and dQ/dK/dV accumulated in fp32; the ring's dK/dV accumulators travel in fp32 too (exact
-sums, at twice the bytes of bf16). Document masks: each rank's doc ids (B, S) are all-gathered once
-per call (tiny). Under TP each TP rank runs its own CP ring over its local heads.
+are merged and dQ/dK/dV accumulated in fp32. The ring sends each dK/dV share as the kernel returned
+it (bf16 in training: exact, since the owner sums the shares in fp32); the all-gather variant's
+reduce-scatter runs in fp32 (a rank's prefix parts overlap, so its partial is already a sum).
+Document masks: each rank's doc ids (B, S) are all-gathered per call (tiny).
+Under TP each TP rank runs its own CP ring over its local heads.
 Shapes: q (B, S, Hq, D), k and v (B, S, Hkv, D), S = 2c the local sequence, c the chunk length.
 """
 
@@ -38,13 +54,23 @@ SEQ_KEYS = ("tokens", "labels", "positions", "doc_ids")
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
+# Custom ops take strings, not process groups: ContextParallelAttention registers its group here.
+_GROUPS: dict[str, dist.ProcessGroup] = {}
+
+
+def _gather_start(x: torch.Tensor, group) -> tuple[torch.Tensor, object]:
+    """Async all-gather of x (n0, ...) -> ((cp, n0, ...) buffer, work); wait before reading."""
+    cp = dist.get_world_size(group)
+    out = torch.empty((cp * x.shape[0],) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+    work = _all_gather_single(out, x.contiguous(), group=group, async_op=True)
+    return out.view((cp,) + tuple(x.shape)), work
+
 
 def _all_gather_stacked(x: torch.Tensor, group) -> torch.Tensor:
     """x (n0, ...) from every rank -> (cp, n0, ...); gloo wants the output concatenated on dim 0."""
-    cp = dist.get_world_size(group)
-    out = torch.empty((cp * x.shape[0],) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-    _all_gather_single(out, x.contiguous(), group=group)
-    return out.view((cp,) + tuple(x.shape))
+    out, work = _gather_start(x, group)
+    work.wait()
+    return out
 
 
 # ----------------------------------------------------------------------------- batch sharding
@@ -116,13 +142,13 @@ class _Ring:
         return recv, dist.batch_isend_irecv(ops)
 
 
-def _wait(works: list) -> None:
-    for w in works:
+def _wait(works) -> None:
+    for w in works if isinstance(works, list) else [works]:
         w.wait()
 
 
 def _doc_all(doc: torch.Tensor | None, group) -> torch.Tensor | None:
-    """All CP ranks' local doc ids (B, S) -> (cp, B, S); tiny, gathered once per forward."""
+    """All CP ranks' local doc ids (B, S) -> (cp, B, S); tiny, gathered once per call."""
     if doc is None:
         return None
     return _all_gather_stacked(doc, group)
@@ -130,6 +156,11 @@ def _doc_all(doc: torch.Tensor | None, group) -> torch.Tensor | None:
 
 def _sub(doc: torch.Tensor | None, rows: slice) -> torch.Tensor | None:
     return None if doc is None else doc[:, rows]
+
+
+def _rows(t: torch.Tensor, rows: slice, dim: int = 1) -> torch.Tensor:
+    """A contiguous slice along `dim` (no copy when it already is one)."""
+    return t.narrow(dim, rows.start, rows.stop - rows.start).contiguous()
 
 
 # ----------------------------------------------------------------------------- ring attention
@@ -151,170 +182,272 @@ def _ring_pair(r: int, s: int, c: int) -> tuple[slice, slice, bool]:
     return slice(c, 2 * c), everything, False
 
 
-class _RingAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, doc, group, backend):  # type: ignore[override]
-        ring = _Ring(group)
-        r, cp = ring.rank, ring.size
-        c = q.shape[1] // 2
-        docs = _doc_all(doc, group)
-        kv = torch.stack([k, v]).contiguous()  # (2, B, S, Hkv, D): one message per step
-        acc_out = acc_lse = None
-        for j in range(cp):
-            s = (r - j) % cp
-            if j < cp - 1:
-                nxt, works = ring.start(kv)
-            qr, kr, causal = _ring_pair(r, s, c)
-            out, lse = attention_fwd(
-                q[:, qr].contiguous(), kv[0, :, kr].contiguous(), kv[1, :, kr].contiguous(),
-                causal=causal, q_doc=_sub(doc, qr), kv_doc=None if docs is None else docs[s][:, kr],
-                backend=backend,
-            )
-            if acc_out is None:  # step 0 covers every query row
-                # Copies: the accumulators are updated in place, and selective activation
-                # checkpointing may have cached `out`/`lse` (it refuses mutated cache entries).
-                acc_out = out.to(torch.float32, copy=True)
-                acc_lse = lse.to(torch.float32, copy=True)
-            else:
-                _f32_merge(acc_out, acc_lse, out, lse, qr)
-            if j < cp - 1:
-                _wait(works)
-                kv = nxt
-        out = acc_out.to(q.dtype)
-        ctx.save_for_backward(q, k, v, out, acc_lse, docs)
-        ctx.group, ctx.backend, ctx.has_doc = group, backend, doc is not None
-        return out
+def _ring_fwd(q, k, v, doc, group, backend) -> tuple[torch.Tensor, torch.Tensor]:
+    ring = _Ring(group)
+    r, cp = ring.rank, ring.size
+    c = q.shape[1] // 2
+    docs = _doc_all(doc, group)
+    kv = torch.stack([k, v])  # (2, B, S, Hkv, D): one message per step
+    acc_out = acc_lse = None
+    for j in range(cp):
+        s = (r - j) % cp
+        if j < cp - 1:  # the next block travels while this one is computed
+            nxt, works = ring.start(kv)
+        qr, kr, causal = _ring_pair(r, s, c)
+        out, lse = attention_fwd(
+            _rows(q, qr), _rows(kv[0], kr), _rows(kv[1], kr), causal=causal,
+            q_doc=_sub(doc, qr), kv_doc=None if docs is None else docs[s][:, kr], backend=backend,
+        )
+        if acc_out is None:  # step 0 covers every query row
+            # Contiguous fp32 copies: merged in place, and the op's outputs must match its fake.
+            acc_out = out.to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+            acc_lse = lse.to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+        else:
+            _f32_merge(acc_out, acc_lse, out, lse, qr)
+        if j < cp - 1:
+            _wait(works)
+            kv = nxt
+    return acc_out.to(q.dtype), acc_lse
 
-    @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
-        q, k, v, out, lse, docs = ctx.saved_tensors
-        docs = docs if ctx.has_doc else None
-        ring = _Ring(ctx.group)
-        r, cp = ring.rank, ring.size
-        c = q.shape[1] // 2
-        dout = dout.contiguous()
-        doc = None if docs is None else docs[r]
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        kv = torch.stack([k, v]).contiguous()
-        dkv = None  # fp32 (2, B, S, Hkv, D) accumulator of the K/V block held this step
-        dkv_works: list = []
-        for j in range(cp):
-            s = (r - j) % cp
-            if j < cp - 1:
-                nxt, works = ring.start(kv)
-            qr, kr, causal = _ring_pair(r, s, c)
-            dq_p, dk_p, dv_p = attention_bwd(
-                dout[:, qr].contiguous(), q[:, qr].contiguous(), kv[0, :, kr].contiguous(),
-                kv[1, :, kr].contiguous(), out[:, qr].contiguous(), lse[:, :, qr].contiguous(),
-                causal=causal, q_doc=_sub(doc, qr),
-                kv_doc=None if docs is None else docs[s][:, kr], backend=ctx.backend,
-            )
-            dq[:, qr] += dq_p
-            # The accumulator for block s arrives from rank r-1 (it held block s last step);
-            # waiting only now lets that transfer overlap with this step's compute.
-            if j == 0:
-                dkv = torch.zeros((2,) + tuple(k.shape), dtype=torch.float32, device=k.device)
-            else:
-                _wait(dkv_works)
-                dkv = dkv_in
-            dkv[0, :, kr] += dk_p
-            dkv[1, :, kr] += dv_p
-            dkv_in, dkv_works = ring.start(dkv)
-            if j < cp - 1:
-                _wait(works)
-                kv = nxt
-        _wait(dkv_works)  # after cp hops the accumulator of our own block is back home
-        return dq.to(q.dtype), dkv_in[0].to(k.dtype), dkv_in[1].to(v.dtype), None, None, None
+
+def _ring_bwd(dout, q, k, v, out, lse, doc, group, backend):
+    """Ring backward with every transfer hidden behind compute (dK/dV returned to their owners).
+
+    Order: local chunk r's causal square (hides the first K/V transfer); then each remote block
+    s = r-1, r-2, ... as it arrives, whose dK/dV share goes straight back to its owner s, while
+    rank r+j's share of our block comes in; last the local chunk 2cp-1-r against both local chunks
+    (bottom-right causal), which hides those dK/dV transfers. A share is one kernel's output, sent
+    in its own dtype: exact, and half the bytes of an fp32 accumulator; the owner sums in fp32.
+    """
+    ring = _Ring(group)
+    r, cp = ring.rank, ring.size
+    c = q.shape[1] // 2
+    docs = _doc_all(doc, group)
+    dout, out, lse = dout.contiguous(), out.contiguous(), lse.contiguous()
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dkv = torch.zeros((2,) + tuple(k.shape), dtype=torch.float32, device=k.device)  # own block
+
+    def pair(qr: slice, kv_blk: torch.Tensor, kr: slice, causal: bool, kv_doc):
+        dq_p, dk_p, dv_p = attention_bwd(
+            _rows(dout, qr), _rows(q, qr), _rows(kv_blk[0], kr), _rows(kv_blk[1], kr),
+            _rows(out, qr), _rows(lse, qr, dim=2), causal=causal, q_doc=_sub(doc, qr),
+            kv_doc=kv_doc, backend=backend)
+        dq[:, qr] += dq_p
+        return torch.stack([dk_p.to(k.dtype), dv_p.to(k.dtype)])  # (2, B, n, Hkv, D)
+
+    local = torch.stack([k, v])
+    kv, works = local, []
+    if cp > 1:
+        nxt, works = ring.start(kv)
+    first, second, both = slice(0, c), slice(c, 2 * c), slice(0, 2 * c)
+    dkv[:, :, first] += pair(first, local, first, True, _sub(doc, first))
+    incoming = []
+    for j in range(1, cp):
+        s, t = (r - j) % cp, (r + j) % cp
+        _wait(works)
+        kv = nxt
+        if j < cp - 1:  # forward the block we just got while computing on it
+            nxt, works = ring.start(kv)
+        qr, kr, _ = _ring_pair(r, s, c)
+        share = pair(qr, kv, kr, False, None if docs is None else docs[s][:, kr])
+        # Rank t computed its pair with our block at this step: those rows of our dK/dV.
+        rows = _ring_pair(t, r, c)[1]
+        buf = torch.empty((2, k.shape[0], rows.stop - rows.start) + tuple(k.shape[2:]),
+                          dtype=k.dtype, device=k.device)
+        ops = [dist.P2POp(dist.isend, share, dist.get_global_rank(group, s), group),
+               dist.P2POp(dist.irecv, buf, dist.get_global_rank(group, t), group)]
+        incoming.append((buf, rows, dist.batch_isend_irecv(ops)))
+    dkv += pair(second, local, both, True, doc)  # bottom-right causal: Sq = c, Skv = 2c
+    for buf, rows, w in incoming:
+        _wait(w)
+        dkv[:, :, rows] += buf
+    return dq.to(q.dtype), dkv[0].to(k.dtype, copy=True), dkv[1].to(v.dtype, copy=True)
 
 
 # ----------------------------------------------------------------------------- all-gather KV
 
 
-def _gather_global(x: torch.Tensor, group) -> torch.Tensor:
-    """(n, B, 2c, H, D) local, load-balanced -> (n, B, 2c*cp, H, D) in global sequence order."""
-    cp = dist.get_world_size(group)
-    allx = _all_gather_stacked(x, group)  # (cp, n, B, 2c, H, D)
-    c = x.shape[2] // 2
-    # Rank s holds chunks s (first half) and 2cp-1-s (second half).
-    firsts = [allx[s, :, :, :c] for s in range(cp)]
-    lasts = [allx[s, :, :, c:] for s in reversed(range(cp))]
-    return torch.cat(firsts + lasts, dim=2)
+def _global_prefix(allx: torch.Tensor, n_chunks: int, c: int) -> torch.Tensor:
+    """(cp, n, B, 2c, H, D) gathered local shards -> the first n_chunks global chunks
+    (n, B, n_chunks * c, H, D). Global chunk j is the first half of rank j's shard for j < cp and
+    the second half of rank 2cp-1-j's shard otherwise."""
+    cp = allx.shape[0]
+    parts = [allx[j, :, :, :c] if j < cp else allx[2 * cp - 1 - j, :, :, c:]
+             for j in range(n_chunks)]
+    return torch.cat(parts, dim=2)
 
 
-def _scatter_global(g: torch.Tensor, group) -> torch.Tensor:
-    """Inverse layout of _gather_global, summed over ranks: (n, B, 2c*cp, H, D) -> (n, B, 2c, H, D)."""
+def _scatter_start(g: torch.Tensor, group) -> tuple[torch.Tensor, object]:
+    """Async reduce-scatter of global-order g (n, B, 2c*cp, H, D), summed over ranks, to the
+    load-balanced owners: returns ((n, B, 2c, H, D) buffer, work)."""
     cp = dist.get_world_size(group)
     c = g.shape[2] // (2 * cp)
     chunks = g.split(c, dim=2)
     per_rank = torch.cat([torch.cat([chunks[s], chunks[2 * cp - 1 - s]], dim=2)
                           for s in range(cp)])  # (cp * n, B, 2c, H, D), rank-major
     out = torch.empty((g.shape[0],) + tuple(per_rank.shape[1:]), dtype=g.dtype, device=g.device)
-    _reduce_scatter_single(out, per_rank, group=group)
-    return out
+    work = _reduce_scatter_single(out, per_rank, group=group, async_op=True)
+    return out, work
 
 
-def _ag_blocks(rank: int, cp: int, c: int):
-    """For each local query chunk: (query rows, global chunk index g). Chunk g sees keys [0, (g+1)c):
-    keys [0, g*c) with no mask and keys [g*c, (g+1)c) with a causal diagonal (Sq == Skv, so every
-    backend's fused path applies)."""
+def _ag_blocks(rank: int, cp: int, c: int) -> list[tuple[slice, int]]:
+    """For each local query chunk: (query rows, global chunk index g).
+
+    Chunk g sees keys [0, (g+1)c): keys [0, g*c) with no mask (the prefix, from the gathered
+    K/V) and its own chunk with a causal diagonal (Sq == Skv, so every backend's fused path
+    applies), which is local.
+    """
     return [(slice(0, c), rank), (slice(c, 2 * c), 2 * cp - 1 - rank)]
 
 
-class _AllGatherAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, doc, group, backend):  # type: ignore[override]
-        rank, cp = dist.get_rank(group), dist.get_world_size(group)
-        c = q.shape[1] // 2
-        kv = _gather_global(torch.stack([k, v]), group)  # (2, B, S_global, Hkv, D)
-        gdoc = None
-        if doc is not None:
-            gdoc = _gather_global(doc.view(1, *doc.shape, 1, 1), group).view(doc.shape[0], -1)
-        acc_out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-        acc_lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32,
-                              device=q.device)
-        for qr, g in _ag_blocks(rank, cp, c):
-            o, lse = None, None
-            for kr, causal in _ag_parts(g, c):
-                o_p, lse_p = attention_fwd(
-                    q[:, qr].contiguous(), kv[0, :, kr].contiguous(), kv[1, :, kr].contiguous(),
-                    causal=causal, q_doc=_sub(doc, qr), kv_doc=_sub(gdoc, kr), backend=backend,
-                )
-                o, lse = (o_p.float(), lse_p.float()) if o is None else merge_partials(o, lse, o_p,
-                                                                                       lse_p)
-            acc_out[:, qr] = o
-            acc_lse[:, :, qr] = lse
-        out = acc_out.to(q.dtype)
-        ctx.save_for_backward(q, kv, out, acc_lse, doc, gdoc)
-        ctx.group, ctx.backend, ctx.has_doc = group, backend, doc is not None
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
-        q, kv, out, lse, doc, gdoc = ctx.saved_tensors
-        if not ctx.has_doc:
-            doc = gdoc = None
-        group = ctx.group
-        rank, cp = dist.get_rank(group), dist.get_world_size(group)
-        c = q.shape[1] // 2
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
-        for qr, g in _ag_blocks(rank, cp, c):
-            for kr, causal in _ag_parts(g, c):
-                dq_p, dk_p, dv_p = attention_bwd(
-                    dout[:, qr].contiguous(), q[:, qr].contiguous(), kv[0, :, kr].contiguous(),
-                    kv[1, :, kr].contiguous(), out[:, qr].contiguous(), lse[:, :, qr].contiguous(),
-                    causal=causal, q_doc=_sub(doc, qr), kv_doc=_sub(gdoc, kr), backend=ctx.backend,
-                )
-                dq[:, qr] += dq_p
-                dkv[0, :, kr] += dk_p
-                dkv[1, :, kr] += dv_p
-        dkv_local = _scatter_global(dkv, group)  # (2, B, 2c, Hkv, D), summed over every rank
-        return dq.to(q.dtype), dkv_local[0].to(kv.dtype), dkv_local[1].to(kv.dtype), None, None, None
+def _global_doc(doc: torch.Tensor | None, group, n_chunks: int, c: int) -> torch.Tensor | None:
+    if doc is None:
+        return None
+    alld = _all_gather_stacked(doc, group)  # (cp, B, 2c)
+    return _global_prefix(alld.view(alld.shape[0], 1, *doc.shape, 1, 1), n_chunks, c).view(
+        doc.shape[0], -1)
 
 
-def _ag_parts(g: int, c: int) -> list[tuple[slice, bool]]:
-    parts = [(slice(0, g * c), False)] if g > 0 else []
-    return parts + [(slice(g * c, (g + 1) * c), True)]
+def _allgather_fwd(q, k, v, doc, group, backend) -> tuple[torch.Tensor, torch.Tensor]:
+    rank, cp = dist.get_rank(group), dist.get_world_size(group)
+    c = q.shape[1] // 2
+    blocks = _ag_blocks(rank, cp, c)
+    n_pre = max(g for _, g in blocks)  # the longest prefix any local chunk needs, in chunks
+    allkv, work = _gather_start(torch.stack([k, v]), group)  # (cp, 2, B, 2c, Hkv, D)
+    gdoc = _global_doc(doc, group, n_pre, c)
+    # Diagonals first: local K/V only, computed while the all-gather is in flight.
+    diag = [attention_fwd(_rows(q, qr), _rows(k, qr), _rows(v, qr), causal=True,
+                          q_doc=_sub(doc, qr), kv_doc=_sub(doc, qr), backend=backend)
+            for qr, _ in blocks]
+    work.wait()
+    kv = _global_prefix(allkv, n_pre, c)  # (2, B, n_pre * c, Hkv, D)
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    for (qr, g), (o, l) in zip(blocks, diag):
+        if g > 0:
+            pre = slice(0, g * c)
+            o_p, l_p = attention_fwd(_rows(q, qr), _rows(kv[0], pre), _rows(kv[1], pre),
+                                     causal=False, q_doc=_sub(doc, qr), kv_doc=_sub(gdoc, pre),
+                                     backend=backend)
+            o, l = merge_partials(o, l, o_p, l_p)
+        out[:, qr] = o
+        lse[:, :, qr] = l
+    return out.to(q.dtype), lse
+
+
+def _allgather_bwd(dout, q, k, v, out, lse, doc, group, backend):
+    rank, cp = dist.get_rank(group), dist.get_world_size(group)
+    c = q.shape[1] // 2
+    blocks = _ag_blocks(rank, cp, c)
+    n_pre = max(g for _, g in blocks)
+    allkv, work = _gather_start(torch.stack([k, v]), group)
+    gdoc = _global_doc(doc, group, n_pre, c)
+    dout, out, lse = dout.contiguous(), out.contiguous(), lse.contiguous()
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dkv_local = torch.zeros((2,) + tuple(k.shape), dtype=torch.float32, device=k.device)
+
+    def diagonal(qr: slice) -> None:
+        dq_p, dk_p, dv_p = attention_bwd(
+            _rows(dout, qr), _rows(q, qr), _rows(k, qr), _rows(v, qr), _rows(out, qr),
+            _rows(lse, qr, dim=2), causal=True, q_doc=_sub(doc, qr), kv_doc=_sub(doc, qr),
+            backend=backend)
+        dq[:, qr] += dq_p
+        dkv_local[0, :, qr] += dk_p
+        dkv_local[1, :, qr] += dv_p
+
+    # Overlap: diagonal A during the all-gather, diagonal B during the reduce-scatter.
+    diagonal(blocks[0][0])
+    work.wait()
+    kv = _global_prefix(allkv, n_pre, c)
+    dkv_global = torch.zeros((2, k.shape[0], 2 * cp * c) + tuple(k.shape[2:]),
+                             dtype=torch.float32, device=k.device)
+    for qr, g in blocks:
+        if g == 0:
+            continue
+        pre = slice(0, g * c)
+        dq_p, dk_p, dv_p = attention_bwd(
+            _rows(dout, qr), _rows(q, qr), _rows(kv[0], pre), _rows(kv[1], pre), _rows(out, qr),
+            _rows(lse, qr, dim=2), causal=False, q_doc=_sub(doc, qr), kv_doc=_sub(gdoc, pre),
+            backend=backend)
+        dq[:, qr] += dq_p
+        dkv_global[0, :, pre] += dk_p
+        dkv_global[1, :, pre] += dv_p
+    dkv, work = _scatter_start(dkv_global, group)  # (2, B, 2c, Hkv, D), summed over every rank
+    diagonal(blocks[1][0])
+    work.wait()
+    dkv += dkv_local
+    return dq.to(q.dtype), dkv[0].to(k.dtype, copy=True), dkv[1].to(v.dtype, copy=True)
+
+
+# ----------------------------------------------------------------------------- custom ops
+
+
+def _group(name: str) -> dist.ProcessGroup:
+    if name not in _GROUPS:
+        raise ValueError(f"context parallel attention: process group {name!r} was never "
+                         "registered (build the module with ContextParallelAttention)")
+    return _GROUPS[name]
+
+
+@torch.library.custom_op("titankit::cp_attention_fwd", mutates_args=())
+def cp_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    doc_ids: torch.Tensor | None,
+    group_name: str,
+    method: str,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, S, Hq, D) in q's dtype, lse (B, Hq, S) float32) of CP attention on local shards."""
+    fn = _ring_fwd if method == "ring" else _allgather_fwd
+    return fn(q, k, v, doc_ids, _group(group_name), backend)
+
+
+@cp_attention_fwd.register_fake
+def _(q, k, v, doc_ids, group_name, method, backend):
+    b, s, h, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((b, h, s), dtype=torch.float32)
+
+
+@torch.library.custom_op("titankit::cp_attention_bwd", mutates_args=())
+def cp_attention_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    doc_ids: torch.Tensor | None,
+    group_name: str,
+    method: str,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of CP attention given the global out/lse that cp_attention_fwd returned."""
+    fn = _ring_bwd if method == "ring" else _allgather_bwd
+    return fn(dout, q, k, v, out, lse, doc_ids, _group(group_name), backend)
+
+
+@cp_attention_bwd.register_fake
+def _(dout, q, k, v, out, lse, doc_ids, group_name, method, backend):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, doc_ids, group_name, method, backend = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, doc_ids)
+    ctx.args = (group_name, method, backend)
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse, doc_ids = ctx.saved_tensors
+    dq, dk, dv = torch.ops.titankit.cp_attention_bwd(dout, q, k, v, out, lse, doc_ids, *ctx.args)
+    return dq, dk, dv, None, None, None, None
+
+
+cp_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ----------------------------------------------------------------------------- the module
@@ -332,9 +465,9 @@ class ContextParallelAttention(nn.Module):
             raise ValueError(f"parallelism.context_parallel_method = {method!r}: valid values are "
                              f"{list(METHODS)}")
         self.group, self.method, self.backend = group, method, backend
+        self.group_name = group.group_name
+        _GROUPS[self.group_name] = group
 
-    # P2P communication inside an autograd.Function does not trace: run eagerly under compile.
-    @torch._dynamo.disable
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         if q.shape[1] % 2 != 0 or k.shape[1] != q.shape[1]:
@@ -342,8 +475,9 @@ class ContextParallelAttention(nn.Module):
                 f"context parallel attention needs equal, even local lengths (two chunks per "
                 f"rank); got q {tuple(q.shape)}, k {tuple(k.shape)}"
             )
-        fn = _RingAttention if self.method == "ring" else _AllGatherAttention
-        return fn.apply(q, k, v, doc_ids, self.group, self.backend)
+        out, _ = torch.ops.titankit.cp_attention_fwd(q, k, v, doc_ids, self.group_name,
+                                                      self.method, self.backend)
+        return out
 
     def extra_repr(self) -> str:
         return f"method={self.method}, backend={self.backend}, cp={dist.get_world_size(self.group)}"
@@ -367,7 +501,8 @@ def apply_cp(model: nn.Module, cp_mesh, method: str) -> nn.Module:
         block.attention.core = ContextParallelAttention(group, method, core.backend)
     logger.info(
         "Applied context parallelism (%s) over cp=%d to %d blocks, attention backend %s, causal "
-        "load balancing (rank r holds chunks r and 2cp-1-r)",
+        "load balancing (rank r holds chunks r and 2cp-1-r), as custom op "
+        "titankit::cp_attention_fwd (no graph break under compile)",
         method, cp_mesh.size(), len(model.layers), "/".join(sorted(backends)),
     )
     return model
