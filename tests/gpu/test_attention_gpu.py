@@ -113,7 +113,7 @@ def test_ring_block_contract_at_size():
 
 
 def test_sdpa_lse_pair_on_cuda_matches_reference():
-    """The "sdpa" fwd/bwd pair (aten flash ops with native GQA) used by context parallelism."""
+    """The "sdpa" fwd/bwd pair (aten cuDNN ops, FA2 where cuDNN cannot run) used by context parallelism."""
     q, k, v, do = _inputs(1, 2048, 2048, 16, 2, 128, seed=4)
     out, lse = attention_fwd(q, k, v, causal=True, backend="sdpa")
     ref_out, ref_lse = attention_fwd(q, k, v, causal=True, backend="reference")

@@ -11,8 +11,9 @@ Modes (`[activation_checkpoint]`):
 
 Blocks are wrapped with `checkpoint_wrapper` (non-reentrant), so wrapped parameter names gain a
 `_checkpoint_wrapped_module.` segment that the model's `canonical_fqn` and DCP's state_dict strip.
-Context-parallel attention is a Python autograd.Function: its P2P/collective calls simply run again
-during recomputation, in the same order on every rank.
+Context-parallel attention is a custom op: per-op selective checkpointing saves its output like any
+attention output, and full checkpointing re-runs it (and its communication) in the same order on
+every rank.
 """
 
 from __future__ import annotations
