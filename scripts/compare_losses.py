@@ -1,0 +1,108 @@
+"""Train one config twice with different overrides on the same data and compare the loss curves.
+
+    python scripts/compare_losses.py --config configs/llama3_8b.toml --steps 50 \
+        --a=--model.attention=sdpa --b=--model.attention=triton --out docs/perf/attn_curves.md
+
+Both runs use the same seed and sample stream, so at step 1 they differ only by the change under test;
+later steps also carry chaotic amplification of rounding. The report gives both curves at a few steps,
+the largest relative difference over all steps, and the mean relative difference over the last 10% of
+steps (the "loss curves within X% after N steps" figure), plus each run's tokens/s/GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, name: str,
+        timeout: float) -> list[dict]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ngpu}",
+           "-m", "trainer.train", "--config", config, *overrides, f"--training.steps={steps}",
+           "--metrics.log_freq=1", "--checkpoint.enable=false", f"--run.dump_folder={folder}",
+           f"--run.name={name}"]
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+               NVSHMEM_DISABLE_NVLS="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    (folder / f"{name}.log").write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"run {name} failed (exit {proc.returncode}); log: {folder / f'{name}.log'}\n"
+                           + (proc.stdout + proc.stderr)[-2000:])
+    return [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
+
+
+def compare(a: list[dict], b: list[dict]) -> dict:
+    """Per-step relative difference |b - a| / |a| of the global average loss."""
+    la = {r["step"]: r["loss_metrics/global_avg_loss"] for r in a}
+    lb = {r["step"]: r["loss_metrics/global_avg_loss"] for r in b}
+    steps = sorted(set(la) & set(lb))
+    if not steps:
+        raise ValueError("the two runs logged no common step")
+    rel = {s: abs(lb[s] - la[s]) / abs(la[s]) for s in steps}
+    tail = steps[-max(1, len(steps) // 10):]
+    return {"steps": steps, "a": la, "b": lb, "rel": rel, "max_rel": max(rel.values()),
+            "max_rel_step": max(rel, key=rel.get),
+            "tail_mean_rel": sum(rel[s] for s in tail) / len(tail),
+            "tail_mean_a": sum(la[s] for s in tail) / len(tail),
+            "tail_mean_b": sum(lb[s] for s in tail) / len(tail)}
+
+
+def steady_tps(rows: list[dict], skip: int) -> float:
+    st = [r for r in rows if r["step"] > skip] or rows
+    wall = sum(r["time_metrics/end_to_end(s)"] for r in st)
+    return sum(r["throughput(tps)"] * r["time_metrics/end_to_end(s)"] for r in st) / wall
+
+
+def report(c: dict, label_a: str, label_b: str, tps_a: float, tps_b: float) -> str:
+    steps = c["steps"]
+    shown = sorted({steps[0], *steps[:: max(1, len(steps) // 8)], steps[-1]})
+    lines = [f"| step | {label_a} | {label_b} | rel. diff |", "|---|---|---|---|"]
+    lines += [f"| {s} | {c['a'][s]:.4f} | {c['b'][s]:.4f} | {c['rel'][s]:.2e} |" for s in shown]
+    lines += ["", f"max relative difference {c['max_rel']:.2e} (step {c['max_rel_step']}); mean over the "
+              f"last {max(1, len(steps) // 10)} steps: {c['tail_mean_a']:.4f} vs {c['tail_mean_b']:.4f}, "
+              f"relative difference of the curves {c['tail_mean_rel']:.2e}",
+              f"tokens/s/GPU after warm-up: {label_a} {tps_a:,.0f}, {label_b} {tps_b:,.0f}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--ngpu", type=int, default=0, help="processes per run (default: all GPUs or 2)")
+    ap.add_argument("--a", default="", help="overrides of run A, one shell-quoted string")
+    ap.add_argument("--b", default="", help="overrides of run B")
+    ap.add_argument("--common", default="", help="overrides of both runs")
+    ap.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput figure")
+    ap.add_argument("--out", help="also write the report here")
+    ap.add_argument("--timeout", type=float, default=3600)
+    args = ap.parse_args(argv)
+    ngpu = args.ngpu
+    if ngpu <= 0:
+        import torch
+
+        ngpu = torch.cuda.device_count() or 2
+    common = shlex.split(args.common)
+    folder = Path(tempfile.mkdtemp(prefix="titankit_compare_"))
+    a = run(args.config, common + shlex.split(args.a), args.steps, ngpu, folder, "a", args.timeout)
+    b = run(args.config, common + shlex.split(args.b), args.steps, ngpu, folder, "b", args.timeout)
+    c = compare(a, b)
+    text = (f"`{args.config}` on {ngpu} processes, {args.steps} steps; A: `{args.a or '(config)'}`, "
+            f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n"
+            + report(c, "A", "B", steady_tps(a, args.warmup), steady_tps(b, args.warmup)))
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
