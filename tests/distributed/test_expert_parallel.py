@@ -13,7 +13,6 @@ and a bitwise-exact resume of an ep=2 run from a checkpoint.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from tests.distributed.test_context_parallel import spawn_world
 from tests.helpers.compare import assert_matches_single_rank
+from tests.helpers.layout_runs import LayoutRuns
 
 pytestmark = pytest.mark.slow
 
@@ -64,16 +64,6 @@ LAYOUTS = {
 
 # Exact resume of an EP run (experts' DTensors, their optimizer state, the routers' expert_bias).
 ALL_JOBS = {**LAYOUTS, "ep2_resume": (2, [f"{EP}=2"])}
-
-
-def _local_batch(world: int, overrides: list[str]) -> int:
-    """local_batch_size = global 8 / dp, dp = world / (cp x tp)."""
-    cp = tp = 1
-    for o in overrides:
-        key, _, value = o.partition("=")
-        cp = int(value) if key == CP else cp
-        tp = int(value) if key == TP else tp
-    return 8 // (world // (cp * tp))
 
 
 def _check_dispatcher(rank: int, world: int) -> None:
@@ -184,37 +174,13 @@ def _train_all(rank: int, world: int, jobs: list[tuple[str, list[str], str]]) ->
         dist.barrier()
 
 
-class _Results:
-    """Runs all layouts of one world size in one spawned world, on first request."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.done: dict[str, dict] = {}
-
-    def get(self, name: str) -> dict:
-        if name not in self.done:
-            world = 1 if name == "single" else ALL_JOBS[name][0]
-            names = [name] if world == 1 else [n for n, (w, _) in ALL_JOBS.items() if w == world]
-            jobs = []
-            for n in names:
-                overrides = [] if n == "single" else ALL_JOBS[n][1]
-                argv = BASE + overrides + [
-                    f"--training.local_batch_size={_local_batch(world, overrides)}",
-                    f"--run.dump_folder={self.tmp}", f"--run.name={n}"]
-                jobs.append((n, argv, str(self.tmp / f"{n}.pt")))
-            spawn_world(world, _train_all, jobs)
-            for n in names:
-                self.done[n] = torch.load(self.tmp / f"{n}.pt")
-        return self.done[name]
-
-
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> _Results:
-    return _Results(tmp_path_factory.mktemp("expert_parallel"))
+def results(tmp_path_factory) -> LayoutRuns:
+    return LayoutRuns(tmp_path_factory.mktemp("expert_parallel"), ALL_JOBS, BASE, _train_all, spawn_world)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_layout_matches_single_rank(layout: str, results: _Results) -> None:
+def test_layout_matches_single_rank(layout: str, results: LayoutRuns) -> None:
     reference = results.get("single")
     got = results.get(layout)
     assert_matches_single_rank(layout, got, reference)
@@ -224,7 +190,7 @@ def test_layout_matches_single_rank(layout: str, results: _Results) -> None:
     assert "moe/imbalance_max" in reference["stats"]
 
 
-def test_ep_checkpoint_resume_is_exact(results: _Results) -> None:
+def test_ep_checkpoint_resume_is_exact(results: LayoutRuns) -> None:
     got = results.get("ep2_resume")
     assert got["resumed_at"] == 2
     assert got["resumed"] == got["straight"], f"resumed {got['resumed']} vs straight {got['straight']}"

@@ -78,9 +78,9 @@ def runs(tmp_path_factory) -> dict:
                 key = f"{name}-{recipe}"
                 argv = BASE + FP8 + [f"--float8.recipe={recipe}"] + extra + [
                     f"--run.dump_folder={tmp}", f"--run.name={key}"]
-                jobs.append((argv, str(tmp / f"{key}.pt")))
+                jobs.append((key, argv, str(tmp / f"{key}.pt")))
         spawn_world(world, _train_all, jobs)
-        out.update({Path(f).stem: torch.load(f) for _, f in jobs})
+        out.update({Path(f).stem: torch.load(f) for _, _, f in jobs})
     return out
 
 

@@ -9,7 +9,6 @@ the step-1 gradients (clipped, as they stay on the parameters after the step) pe
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from torch.distributed.tensor import DTensor
 
 from tests.distributed.test_context_parallel import spawn_world
 from tests.helpers.compare import assert_matches_single_rank
+from tests.helpers.layout_runs import LayoutRuns
 
 pytestmark = pytest.mark.slow
 
@@ -83,27 +83,15 @@ LAYOUTS = {
 }
 
 
-def _local_batch(world: int, overrides: list[str]) -> int:
-    """local_batch_size = global 8 / dp, dp = world / (cp x tp)."""
-    cp = tp = 1
-    for o in overrides:
-        key, _, value = o.partition("=")
-        if key == "--parallelism.context_parallel_degree":
-            cp = int(value)
-        if key == "--parallelism.tensor_parallel_degree":
-            tp = int(value)
-    return 8 // (world // (cp * tp))
-
-
-def _train_all(rank: int, world: int, jobs: list[tuple[list[str], str]]) -> None:
-    """Run every (argv, out_file) job in this world, one after the other (process start-up, mostly
+def _train_all(rank: int, world: int, jobs: list[tuple[str, list[str], str]]) -> None:
+    """Run every (name, argv, out_file) job in this world, one after the other (process start-up, mostly
     importing torch, costs more than the training itself)."""
     from trainer.config import load_config
     from trainer.models.llama import canonical_fqn
     from trainer.trainer import Trainer
 
     torch.use_deterministic_algorithms(True)
-    for argv, out_file in jobs:
+    for _name, argv, out_file in jobs:
         trainer = Trainer(load_config(argv))
         losses, grads = [], {}
         for step in range(STEPS):
@@ -118,44 +106,13 @@ def _train_all(rank: int, world: int, jobs: list[tuple[list[str], str]]) -> None
         dist.barrier()
 
 
-class _Results:
-    """Runs all layouts of one world size in one spawned world, on first request."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.done: dict[str, dict] = {}
-
-    def get(self, name: str) -> dict:
-        if name not in self.done:
-            world = 1 if name == "single" else LAYOUTS[name][0]
-            names = [name] if world == 1 else [n for n, (w, _) in LAYOUTS.items() if w == world]
-            jobs = []
-            for n in names:
-                overrides = [] if n == "single" else LAYOUTS[n][1]
-                argv = BASE + overrides + [
-                    f"--training.local_batch_size={_local_batch(world, overrides)}",
-                    f"--run.dump_folder={self.tmp}", f"--run.name={n}"]
-                jobs.append((argv, str(self.tmp / f"{n}.pt")))
-            try:
-                spawn_world(world, _train_all, jobs)
-            except Exception as exc:  # one failure fails the whole world: report it for each
-                for n in names:
-                    self.done[n] = exc
-            else:
-                for n in names:
-                    self.done[n] = torch.load(self.tmp / f"{n}.pt")
-        if isinstance(self.done[name], Exception):
-            raise self.done[name]
-        return self.done[name]
-
-
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> _Results:
-    return _Results(tmp_path_factory.mktemp("layouts"))
+def results(tmp_path_factory) -> LayoutRuns:
+    return LayoutRuns(tmp_path_factory.mktemp("layouts"), LAYOUTS, BASE, _train_all, spawn_world)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_layout_matches_single_rank(layout: str, results: _Results) -> None:
+def test_layout_matches_single_rank(layout: str, results: LayoutRuns) -> None:
     reference = results.get("single")
     got = results.get(layout)
     assert_matches_single_rank(layout, got, reference)
