@@ -32,21 +32,23 @@ def build_optimizer(model: nn.Module, cfg: OptConfig, device_type: str) -> torch
 def lr_factor(step: int, total_steps: int, cfg: LRConfig) -> float:
     """Multiplier of the peak lr at optimizer step `step` (1-based, the step about to be taken).
 
-    Linear warmup from 1/(warmup+1) to 1 over `warmup_steps`, then decay to min_lr_factor:
-    cosine, linear, or wsd (warmup-stable-decay: constant, then linear over the last decay_ratio).
+    Linear warmup from 1/(warmup+1) over `warmup_steps`; the step after warmup runs at the peak;
+    then decay to min_lr_factor at the last step: cosine, linear, or wsd (warmup-stable-decay:
+    the peak until the last decay_ratio x total_steps steps, then linear).
     """
     warmup = cfg.warmup_steps
     if step <= warmup:
         return step / (warmup + 1)
     floor = cfg.min_lr_factor
     if cfg.decay_type == "wsd":
-        decay_steps = max(1, int(round(cfg.decay_ratio * (total_steps - warmup))))
+        decay_steps = min(max(1, int(round(cfg.decay_ratio * total_steps))), total_steps - warmup)
         start = total_steps - decay_steps
         if step <= start:
             return 1.0
         progress = (step - start) / decay_steps
         return 1.0 - (1.0 - floor) * min(progress, 1.0)
-    progress = min((step - warmup) / max(1, total_steps - warmup), 1.0)
+    # progress 0 at the first step after warmup, 1 at the last step
+    progress = min((step - warmup - 1) / max(1, total_steps - warmup - 1), 1.0)
     if cfg.decay_type == "linear":
         return 1.0 - (1.0 - floor) * progress
     if cfg.decay_type == "cosine":
@@ -67,32 +69,35 @@ def _placement_key(p: torch.Tensor):
     return None
 
 
+def _grad_groups(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Grads grouped by (mesh, placements): one foreach call per group."""
+    groups: dict = defaultdict(list)
+    for p in params:
+        if p.grad is not None:
+            groups[_placement_key(p.grad)].append(p.grad)
+    return list(groups.values())
+
+
 @torch.no_grad()
-def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Global L2 norm over all grads (returned as a plain fp32 tensor); clips in place if max_norm > 0.
+def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """Global L2 norm over all grads, as a plain fp32 tensor, for any parallel layout.
 
     Grads living on different meshes or placements (FSDP x TP, expert weights on their own mesh)
     cannot be reduced in one foreach call, so the norm is computed per group of equal placement,
     each group made a full (global) value, and the groups combined.
     """
-    groups: dict = defaultdict(list)
-    for p in params:
-        if p.grad is not None:
-            groups[_placement_key(p.grad)].append(p.grad)
     total_sq = None
-    for grads in groups.values():
+    for grads in _grad_groups(params):
         norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
         sq = norm.float() ** 2
         total_sq = sq if total_sq is None else total_sq + sq
-    if total_sq is None:
-        return torch.zeros(())
-    total = total_sq.sqrt()
-    if max_norm > 0:
-        # Scale local shards directly: exact for any placement, and no DTensor/Tensor mixing.
-        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-        for grads in groups.values():
-            local = [g.to_local() if isinstance(g, DTensor) else g for g in grads]
-            torch._foreach_mul_(local, coef.to(local[0].device))
-    return total
+    return torch.zeros(()) if total_sq is None else total_sq.sqrt()
+
+
+@torch.no_grad()
+def scale_grads_(params: list[torch.Tensor], factor: float) -> None:
+    """Multiply every grad by `factor`, on local shards: exact for any placement."""
+    for grads in _grad_groups(params):
+        torch._foreach_mul_([g.to_local() if isinstance(g, DTensor) else g for g in grads], factor)

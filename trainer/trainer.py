@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from trainer.distributed import init_distributed, set_train_timeout
 from trainer.log import init_logging, logger
 from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
 from trainer.models import FAMILIES
-from trainer.optim import build_lr_scheduler, build_optimizer, clip_grad_norm_
+from trainer.optim import build_lr_scheduler, build_optimizer, grad_norm, scale_grads_
 from trainer.parallel import parallelize
 from trainer.parallel.dims import env_world_size
 from trainer.parallel.init import seeded_init_fn
@@ -160,15 +161,21 @@ class Trainer:
                 loss.backward()
             loss_sum += (loss.to_local() if isinstance(loss, DTensor) else loss).detach()
             del logits, loss
-        grad_norm = clip_grad_norm_(list(self.model.parameters()), self.cfg.training.max_norm)
+        params = list(self.model.parameters())
+        norm = grad_norm(params)
         if self.dims.dp_cp > 1:
             dist.all_reduce(loss_sum, group=self.dims.get_mesh("dp_cp").get_group())
-        loss_val, norm_val = torch.stack([loss_sum, grad_norm.to(loss_sum)]).tolist()
-        if not (torch.isfinite(torch.tensor([loss_val, norm_val])).all()):
+        # One host sync per step: it checks for NaN/inf before any weight moves, and lets the clip
+        # skip its pass over all gradients in the (usual) steps that need no clipping.
+        loss_val, norm_val = torch.stack([loss_sum, norm.to(loss_sum)]).tolist()
+        if not (math.isfinite(loss_val) and math.isfinite(norm_val)):
             raise NonFiniteError(
                 f"step {self.step}: loss {loss_val} / grad norm {norm_val} is not finite; the step "
                 "was not applied. Lower optimizer.lr, check the data, or resume from the last "
                 "checkpoint with another seed.")
+        max_norm = self.cfg.training.max_norm
+        if max_norm > 0 and norm_val > max_norm:
+            scale_grads_(params, max_norm / (norm_val + 1e-6))
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the lr this step used
         with record_function("optimizer"):
             self.optimizer.step()

@@ -147,7 +147,7 @@ class LRScheduler:
     decay_type: str = "cosine"
     """Decay after warmup: cosine, linear or wsd (constant, then linear decay over decay_ratio)."""
     decay_ratio: float = 0.2
-    """With wsd: the fraction of steps spent in the final decay."""
+    """With wsd: the fraction of training.steps spent in the final linear decay."""
     min_lr_factor: float = 0.1
     """The lr decays to lr x min_lr_factor."""
 
