@@ -283,6 +283,48 @@ def test_async_save_overlaps_training_and_saves_its_step(tmp_path):
     mgr2.close()
 
 
+def test_async_saves_reuse_staging_memory_and_save_their_own_steps(tmp_path):
+    t, mgr = start(tmp_path, interval=2, async_mode="async", keep_latest_k=0)
+    mgr.writer_factory = SlowWriter  # the write of step 2 is still reading when step 4 is staged
+    stager = mgr._async_stager()
+    assert stager is not None  # torch >= 2.9 has DefaultStager; the fallback would copy afresh
+    staged: list[dict] = []
+    real_stage = stager.stage
+
+    def recording_stage(state_dict, **kw):  # the real staging, with its result kept for the test
+        out = real_stage(state_dict, **kw)
+        staged.append(out)
+        return out
+
+    stager.stage = recording_stage
+    snapshots = {}
+    for _ in range(2):
+        run(t, 2, mgr)  # saves step 2, then step 4 (which first waits for the write of step 2)
+        snapshots[t.step] = ({k: v.clone() for k, v in t.model.state_dict().items()},
+                             [t.optimizer.state[p]["exp_avg"].clone() for p in t.model.parameters()])
+    run(t, 1, mgr)  # step 5 changes the weights while step 4 is being written
+    mgr.close()
+    assert len(staged) == 2
+    first, second = staged
+    for key in ("0.weight", "2.bias"):
+        a, b = first["model"][key], second["model"][key]
+        assert a.data_ptr() == b.data_ptr(), key  # the same host buffer, not a fresh copy
+        assert a.data_ptr() != t.model.state_dict()[key].data_ptr(), key  # a copy, not the live one
+    opt_a = [v for v in first["optimizer"]["state"].values()]
+    opt_b = [v for v in second["optimizer"]["state"].values()]
+    assert [s["exp_avg"].data_ptr() for s in opt_a] == [s["exp_avg"].data_ptr() for s in opt_b]
+    # Each folder holds its own step's state although the buffers were reused in between.
+    for step, (weights, exp_avg) in snapshots.items():
+        t2, mgr2 = start(tmp_path, interval=2, load_step=step)
+        assert t2.step == step
+        for k, v in t2.model.state_dict().items():
+            assert torch.equal(v, weights[k]), (step, k)
+        for p, ref in zip(t2.model.parameters(), exp_avg):
+            assert torch.equal(t2.optimizer.state[p]["exp_avg"], ref), step
+        mgr2.close()
+    assert not torch.equal(snapshots[2][0]["0.weight"], snapshots[4][0]["0.weight"])
+
+
 def test_preemption_signal_saves_current_step(tmp_path):
     before = signal.getsignal(signal.SIGUSR1)
     t, mgr = start(tmp_path, interval=100)
