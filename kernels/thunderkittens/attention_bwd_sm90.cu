@@ -21,6 +21,14 @@
 //      dK (times the softmax scale) and dV leave as bf16 through TMA stores.
 //   3. dq = bf16(dq_acc * scale).
 // dQ's accumulator is not bitwise deterministic (the order of the reduce-adds varies).
+//
+// Variant DQ_RED (attn_bwd's variant = 1, opt-in): dQ goes from the registers straight to the fp32
+// accumulator with vector reductions (red.global.add.v2.f32, 16 per thread per iteration) instead
+// of stmatrix into a staging tile, a fence, two warpgroup barriers and a TMA reduce-add. Why: at
+// 64 x 64 tiles three of the five wgmmas read both operands from shared memory, which puts the
+// kernel near the SM's 128 B/clock shared-memory bandwidth; the staging tile's write plus the TMA's
+// read are 64 KiB of a CTA iteration's ~370 KiB of shared-memory traffic, and the barriers make the
+// warpgroup wait for its slowest warp every iteration.
 #include "attention_common.cuh"
 #include "tk_kernels.h"
 
@@ -148,7 +156,29 @@ __device__ inline void load_cols(RV& dst, const SV& src) {
         dst.data[j][1] = *reinterpret_cast<const float2*>(&src.data[16 * j + 8 + c]);
     }
 }
-template <int D, bool CAUSAL>
+
+// dQ partial of this warp (16 queries x 16 * width columns, fp32) added into dq_acc (B, Sq, Hq, D)
+// at query tile qt, head h, first column col0; rows past Sq are dropped (TMA would clip them).
+template <int D, typename RT>
+__device__ inline void red_dq(float* acc, const RT& dq, int b, int sq, int hq, int qt, int h,
+                              int col0) {
+    const int row0 = qt * BWD_Q + warpgroup::warpid() * 16;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int row = row0 + frag_row(k);
+        if (row >= sq) continue;
+        float* p = acc + (((size_t)b * sq + row) * hq + h) * D + col0 + frag_col(k);
+#pragma unroll
+        for (int j = 0; j < RT::width; j++) {
+            const float2 v = dq.tiles[0][j].data[k];
+            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p + 16 * j), "f"(v.x),
+                         "f"(v.y)
+                         : "memory");
+        }
+    }
+}
+
+template <int D, bool CAUSAL, bool DQ_RED>
 __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_constant__ bwd_globals<D> g) {
     using C = bwd_cfg<D>;
     using q_tile = typename C::q_tile;
@@ -237,6 +267,13 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             const int part = C::SPLIT_DQ ? wg : 0;
             warpgroup::mm_AtB(dq, ds_s[buf][0], k_s[0].template subtile<C::DQ_COLS>(part));
             warpgroup::mma_AtB(dq, ds_s[buf][1], k_s[1].template subtile<C::DQ_COLS>(part));
+            if constexpr (DQ_RED) {
+                warpgroup::mma_async_wait();  // also retires this iteration's dV / dK wgmmas
+                warp::arrive(ds_free[buf]);
+                red_dq<D>(g.dq_acc.raw_ptr, dq, b, g.sq, g.dq_acc.rows(), qt, h,
+                          part * C::DQ_COLS);
+                return;
+            }
             if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();  // staging tile free
             warpgroup::sync(wg + 1);
             warpgroup::mma_async_wait();  // also retires this iteration's dV / dK wgmmas
@@ -355,7 +392,7 @@ template <int D>
 void run_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
              const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
              float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq, int hkv,
-             bool causal, cudaStream_t stream) {
+             bool causal, bool dq_red, cudaStream_t stream) {
     using C = bwd_cfg<D>;
     const int sp = padded_len(sq);
     const int split = kv_split(b, hq, hkv, skv, detail::num_sms());
@@ -394,13 +431,14 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
                      typename C::vec_gl{delta, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
                      sq, skv, hq / hkv, split};
     dim3 grid(hkv * split, b, (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK);
-    if (causal) {
-        detail::set_smem(bwd_kernel<D, true>, C::SMEM);
-        bwd_kernel<D, true><<<grid, BWD_THREADS, C::SMEM, stream>>>(g);
-    } else {
-        detail::set_smem(bwd_kernel<D, false>, C::SMEM);
-        bwd_kernel<D, false><<<grid, BWD_THREADS, C::SMEM, stream>>>(g);
-    }
+    auto launch = [&](auto kernel) {
+        detail::set_smem(kernel, C::SMEM);
+        kernel<<<grid, BWD_THREADS, C::SMEM, stream>>>(g);
+    };
+    if (causal && dq_red) launch(bwd_kernel<D, true, true>);
+    else if (causal) launch(bwd_kernel<D, true, false>);
+    else if (dq_red) launch(bwd_kernel<D, false, true>);
+    else launch(bwd_kernel<D, false, false>);
     detail::check_cuda(cudaGetLastError(), "attention backward launch");
     auto convert = [&](const float* acc, void* out, long n, float scale) {
         const long n4 = n / 4;  // D is a multiple of 4
@@ -427,17 +465,20 @@ int attn_bwd_kv_split(int b, int hq, int hkv, int skv) {
 void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
               const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
               float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
-              int hkv, int d, bool causal, cudaStream_t stream) {
+              int hkv, int d, bool causal, int variant, cudaStream_t stream) {
+    detail::require(variant == ATTN_BWD_DEFAULT || variant == ATTN_BWD_DQ_RED,
+                    "attention backward: unknown variant " + std::to_string(variant));
+    const bool dq_red = variant == ATTN_BWD_DQ_RED;
     detail::require(b > 0 && sq > 0 && skv > 0 && hq > 0 && hkv > 0, "attention: empty shape");
     detail::require(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
     detail::require(!causal || sq == skv, "attention: causal needs Sq == Skv");
     detail::require(b <= 65535 && hkv <= 65535, "attention: batch or heads too large for the grid");
     if (d == 128)
         attn::run_bwd<128>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk,
-                           dv, b, sq, skv, hq, hkv, causal, stream);
+                           dv, b, sq, skv, hq, hkv, causal, dq_red, stream);
     else if (d == 64)
         attn::run_bwd<64>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk,
-                          dv, b, sq, skv, hq, hkv, causal, stream);
+                          dv, b, sq, skv, hq, hkv, causal, dq_red, stream);
     else detail::require(false, "attention: head dim must be 64 or 128");
 }
 

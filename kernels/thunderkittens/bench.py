@@ -15,6 +15,8 @@ outputs against the baseline named in the row (cuDNN SDPA, or _scaled_mm with pr
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import platform
 import sys
 
@@ -40,6 +42,21 @@ def _time(fn, warmup: int = 25, rep: int = 200) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
+@contextlib.contextmanager
+def _env(name: str, value: str | None):
+    """Set (value given) an environment variable for the block, restoring it afterwards."""
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
 def _attention_impls() -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -53,8 +70,11 @@ def _attention_impls() -> dict:
                                                  enable_gqa=q.shape[2] != k.shape[2])
         return out.transpose(1, 2)
 
+    tk = lambda q, k, v: ops.attention(q, k, v, causal=True)  # noqa: E731
     return {
-        "thunderkittens": lambda q, k, v: ops.attention(q, k, v, causal=True),
+        # Every backward variant of ops.BWD_VARIANTS gets its own row (TITANKIT_TK_BWD_VARIANT).
+        "thunderkittens": tk,
+        **{f"thunderkittens bwd {n}": tk for n in ops.BWD_VARIANTS if n != "default"},
         "sdpa cudnn": cudnn,
         "triton": lambda q, k, v: attention(q, k, v, causal=True, backend="triton"),
     }
@@ -73,11 +93,14 @@ def attention_rows(name: str, shape: tuple) -> list[str]:
     rows = []
     for impl, fn in impls.items():
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        # The plain "thunderkittens" row pins the default even when the caller's shell sets one.
+        variant = impl.split(" bwd ")[1] if " bwd " in impl else "default"
         try:
-            with torch.no_grad():
+            with _env("TITANKIT_TK_BWD_VARIANT", variant), torch.no_grad():
                 err = (fn(q, k, v).float() - ref).abs().max().item()
                 fwd = _time(lambda: fn(q, k, v))
-            both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
+            with _env("TITANKIT_TK_BWD_VARIANT", variant):
+                both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
         except (RuntimeError, ValueError) as e:  # a backend that cannot run here: say why
             rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:80]} | | | | |")
             continue
