@@ -33,6 +33,9 @@ Composition:
   local tokens) and tensorwise activation scales differ, so DP matches one rank to FP8 noise, not
   bitwise. tests/distributed/test_float8_distributed.py runs the Trainer on 2 gloo ranks (FSDP2, TP,
   TP + compile) against 1 rank and explains each tolerance.
+- MoE: each GroupedExperts becomes a Float8GroupedExperts (trainer/float8_moe.py: the three grouped
+  expert GEMMs in e4m3, torch._scaled_grouped_mm or per-expert torch._scaled_mm on CUDA), under the
+  same filter_fqns; the router stays in high precision and shared experts are ordinary Linears.
 - torch.compile: no data-dependent Python control flow; the only branches are on device type, dtype
   and shapes (guards). Inductor fuses each "torch"-backend quantization into one kernel.
 """
@@ -294,7 +297,8 @@ def _keep_reason(fqn: str, mod: nn.Linear, filters) -> str | None:
 def convert_to_float8_training(model: nn.Module, float8_cfg) -> list[str]:
     """Swap each nn.Linear of `model` (in place, by module name) for a Float8Linear sharing its
     parameters, except those filtered: names containing any of float8.filter_fqns, and Linears with
-    in_features or out_features not divisible by 16. Call it before parallelize (it works on meta).
+    in_features or out_features not divisible by 16. MoE GroupedExperts become Float8GroupedExperts
+    (trainer/float8_moe.py) under the same filter. Call it before parallelize (it works on meta).
     Returns the converted module names; does nothing when float8.enable is false."""
     if not float8_cfg.enable:
         return []
@@ -320,4 +324,32 @@ def convert_to_float8_training(model: nn.Module, float8_cfg) -> list[str]:
     logger.info("float8: %d Linear layers -> Float8Linear (recipe=%s, backend=%s); %d kept in high "
                 "precision: %s", len(converted), float8_cfg.recipe, float8_cfg.backend, len(kept),
                 ", ".join(kept) or "none")
+    return converted + _convert_grouped_experts(model, float8_cfg)
+
+
+def _convert_grouped_experts(model: nn.Module, float8_cfg) -> list[str]:
+    """Swap each MoE GroupedExperts for a Float8GroupedExperts (trainer/float8_moe.py) unless its
+    name contains one of float8.filter_fqns or dim / moe_hidden_dim is not a multiple of 16."""
+    from trainer.float8_moe import Float8GroupedExperts, pick_cuda_gemm
+    from trainer.models.moe import GroupedExperts
+
+    converted, kept = [], []
+    for fqn, mod in list(model.named_modules()):
+        if type(mod) is not GroupedExperts:
+            continue
+        e, h, d = mod.w1.shape
+        hit = next((f for f in float8_cfg.filter_fqns if f in fqn), None)
+        if hit is not None or d % 16 or h % 16:
+            kept.append(f"{fqn} ({f'name matches {hit!r}' if hit else 'a dimension is not a multiple of 16'})")
+            continue
+        parent_name, _, child = fqn.rpartition(".")
+        setattr(model.get_submodule(parent_name), child, Float8GroupedExperts.from_experts(
+            mod, float8_cfg.recipe, float8_cfg.grad_weight_high_precision))
+        converted.append(fqn)
+    if converted and float8_cfg.backend != "torch":
+        warnings.warn(f"float8.backend = {float8_cfg.backend!r} has no grouped FP8 kernel: the MoE experts "
+                      f"use torch's FP8 GEMMs ({pick_cuda_gemm()} here)", stacklevel=3)
+    if converted or kept:
+        logger.info("float8: %d MoE GroupedExperts -> Float8GroupedExperts (CUDA GEMM: %s); %d kept in "
+                    "high precision: %s", len(converted), pick_cuda_gemm(), len(kept), ", ".join(kept) or "none")
     return converted
