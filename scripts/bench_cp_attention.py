@@ -237,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
-        return run(args)
+        rc = run(args)
+        dist.barrier()  # no rank tears gloo down while another still talks to it
+        return rc
     finally:
         dist.destroy_process_group()
 

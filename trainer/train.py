@@ -27,8 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(cfg)
     try:
         trainer.train()
-    finally:
         trainer.close()
+        # Leave together: a rank that tears gloo down while another still finishes its last
+        # collective makes that one abort ("terminate called without an active exception").
+        import torch.distributed as dist
+
+        dist.barrier()
+    except BaseException:
+        trainer.close()
+        raise
+    finally:
         destroy_distributed()
     return 0
 
