@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(argv)
         # Fail on an impossible layout or batch here, before any process group is started.
-        validate_config(cfg, env_world_size())
+        dims = validate_config(cfg, env_world_size())
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.distributed import destroy_distributed
     from trainer.trainer import Trainer
 
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, dims)
     try:
         trainer.train()
         trainer.close()

@@ -27,7 +27,7 @@ from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
 from trainer.models import FAMILIES
 from trainer.optim import build_lr_scheduler, build_optimizer, grad_norm, scale_grads_
 from trainer.parallel import parallelize
-from trainer.parallel.dims import env_world_size
+from trainer.parallel.dims import ParallelDims, env_world_size
 from trainer.parallel.init import seeded_init_fn
 from trainer.profiling import StepProfiler
 
@@ -43,11 +43,12 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 class Trainer:
-    def __init__(self, cfg: JobConfig):
+    def __init__(self, cfg: JobConfig, dims: ParallelDims | None = None):
+        """`dims`: the result of validate_config(cfg, world size) when the caller already ran it."""
         init_logging()
         self.cfg = cfg
         # Validation needs no process group: a bad config fails before any rank waits on another.
-        self.dims = validate_config(cfg, env_world_size())
+        self.dims = dims if dims is not None else validate_config(cfg, env_world_size())
         self.run_dir = Path(cfg.run.dump_folder).expanduser() / cfg.run.name
         if cfg.run.deterministic:
             # Must be set before cuBLAS starts; needed for bitwise-reproducible matmuls.
@@ -97,7 +98,7 @@ class Trainer:
                                buffer_device=self.device)
         model.train()
         self.model = model
-        self.n_params = sum(_numel(p) for p in model.parameters())
+        self.n_params = sum(p.numel() for p in model.parameters())  # DTensor: the global size
         self.flops_per_token = self.model_args.flops_per_token(t.seq_len)
 
         self.optimizer = build_optimizer(model, cfg.optimizer, self.device.type)
@@ -237,6 +238,3 @@ class Trainer:
         self.metrics.close()
         gc.enable()
 
-
-def _numel(p: torch.Tensor) -> int:
-    return p.numel()  # DTensor.numel() is the global size

@@ -88,7 +88,6 @@ def attention_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns out (B, Sq, Hq, D) in q's dtype and lse (B, Hq, Sq) float32."""
     b, sq, hq, d = q.shape
-    hkv = k.shape[2]
     p, lse = _probs(q, k, causal, q_doc, kv_doc, None)
     vg = v.float().permute(0, 2, 1, 3).unsqueeze(2)  # (B, Hkv, 1, Skv, D)
     out = torch.matmul(p, vg)  # (B, Hkv, G, Sq, D)
@@ -114,7 +113,7 @@ def attention_bwd(
     dv = P^T dO, with dk and dv summed over the G query heads that share a KV head.
     """
     b, sq, hq, d = q.shape
-    skv, hkv = k.shape[1], k.shape[2]
+    hkv = k.shape[2]
     scale = 1.0 / math.sqrt(d)
     p, _ = _probs(q, k, causal, q_doc, kv_doc, lse)  # (B, Hkv, G, Sq, Skv)
     do = _grouped(dout, hkv)  # (B, Hkv, G, Sq, D)

@@ -21,7 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from tests.distributed.test_context_parallel import spawn_world
-from tests.helpers.compare import assert_matches_single_rank
+from tests.helpers.compare import assert_matches_single_rank, full_grads
 from tests.helpers.layout_runs import LayoutRuns
 
 pytestmark = pytest.mark.slow
@@ -112,14 +112,12 @@ def _check_dispatcher(rank: int, world: int) -> None:
 
 
 def _steps(trainer, n: int) -> list[float]:
-    """n train steps; the router-bias update belongs right after optimizer.step(): call it here
-    when the Trainer did not (never twice)."""
+    """n train steps; the Trainer must update the router bias exactly once per optimizer step."""
     losses = []
     for _ in range(n):
         updates = trainer.model.router_bias_updates
         losses.append(trainer.train_step())
-        if trainer.model.router_bias_updates == updates:
-            trainer.model.post_optimizer_step()
+        assert trainer.model.router_bias_updates == updates + 1, "router bias not updated once per step"
         if trainer.checkpointer is not None:
             trainer.checkpointer.maybe_save(trainer.step, last=trainer.step == STEPS)
     return losses
@@ -127,15 +125,11 @@ def _steps(trainer, n: int) -> list[float]:
 
 def _run_layout(argv: list[str]) -> dict:
     from trainer.config import load_config
-    from trainer.models.llama import canonical_fqn
     from trainer.trainer import Trainer
 
     trainer = Trainer(load_config(argv))
     losses = _steps(trainer, 1)
-    grads = {}
-    for name, p in trainer.model.named_parameters():
-        g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-        grads[canonical_fqn(name)] = g.detach().clone()
+    grads = full_grads(trainer.model)
     losses += _steps(trainer, STEPS - 1)
     bias = torch.stack([m.router.expert_bias for _, m in trainer.model.moe_layers()])
     stats = trainer.model.metrics()

@@ -13,10 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 from tests.distributed.test_context_parallel import spawn_world
-from tests.helpers.compare import assert_matches_single_rank
+from tests.helpers.compare import assert_matches_single_rank, full_grads
 from tests.helpers.layout_runs import LayoutRuns
 
 pytestmark = pytest.mark.slow
@@ -87,7 +86,6 @@ def _train_all(rank: int, world: int, jobs: list[tuple[str, list[str], str]]) ->
     """Run every (name, argv, out_file) job in this world, one after the other (process start-up, mostly
     importing torch, costs more than the training itself)."""
     from trainer.config import load_config
-    from trainer.models.llama import canonical_fqn
     from trainer.trainer import Trainer
 
     torch.use_deterministic_algorithms(True)
@@ -97,9 +95,7 @@ def _train_all(rank: int, world: int, jobs: list[tuple[str, list[str], str]]) ->
         for step in range(STEPS):
             losses.append(trainer.train_step())
             if step == 0:
-                for name, p in trainer.model.named_parameters():
-                    g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-                    grads[canonical_fqn(name)] = g.detach().clone()
+                grads = full_grads(trainer.model)
         trainer.close()
         if dist.get_rank() == 0:
             torch.save({"losses": losses, "grads": grads}, out_file)

@@ -21,3 +21,16 @@ def assert_matches_single_rank(layout: str, got: dict, reference: dict,
         assert g.shape == want.shape, f"{layout} {fqn}: grad shape {tuple(g.shape)} vs {tuple(want.shape)}"
         err = (g - want).abs().max().item() / want.abs().max().item()
         assert err <= grad_rtol, f"{layout} {fqn}: step-1 gradient differs by {err:.2e} relative"
+
+
+def full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's whole gradient (DTensor shards gathered), keyed by the wrapper-free name."""
+    from torch.distributed.tensor import DTensor
+
+    from trainer.models.llama import canonical_fqn
+
+    out = {}
+    for name, p in model.named_parameters():
+        g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+        out[canonical_fqn(name)] = g.detach().clone()
+    return out
