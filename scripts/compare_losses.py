@@ -36,7 +36,17 @@ def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, 
     if proc.returncode != 0:
         raise RuntimeError(f"run {name} failed (exit {proc.returncode}); log: {folder / f'{name}.log'}\n"
                            + (proc.stdout + proc.stderr)[-2000:])
-    return [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(folder / name / "metrics.jsonl")
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such metrics file (a run's metrics.jsonl)")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if "loss_metrics/global_avg_loss" in r]
+    if not rows:
+        raise ValueError(f"{path}: no row with loss_metrics/global_avg_loss")
+    return rows
 
 
 def compare(a: list[dict], b: list[dict]) -> dict:
@@ -75,7 +85,7 @@ def report(c: dict, label_a: str, label_b: str, tps_a: float, tps_b: float) -> s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True)
+    ap.add_argument("--config", help="the TOML config both runs train (not with --files)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--ngpu", type=int, default=0, help="processes per run (default: all GPUs or 2)")
     ap.add_argument("--a", default="", help="overrides of run A, one shell-quoted string")
@@ -84,7 +94,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput figure")
     ap.add_argument("--out", help="also write the report here")
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--files", nargs=2, metavar=("A_JSONL", "B_JSONL"),
+                    help="compare two existing metrics.jsonl files instead of training (runs of "
+                         "different lengths are compared on their common steps)")
     args = ap.parse_args(argv)
+    if args.files:
+        a, b = (read_metrics(Path(f)) for f in args.files)
+        text = (f"A: `{args.files[0]}`, B: `{args.files[1]}`\n\n"
+                + report(compare(a, b), "A", "B", steady_tps(a, args.warmup), steady_tps(b, args.warmup)))
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text + "\n")
+        return 0
+    if not args.config:
+        ap.error("--config is required unless --files compares saved runs")
     ngpu = args.ngpu
     if ngpu <= 0:
         import torch

@@ -39,3 +39,23 @@ def test_same_config_twice_gives_identical_curves_on_cpu():
     assert "max relative difference" in proc.stdout
     rel = float(proc.stdout.split("max relative difference ")[1].split()[0])
     assert rel == 0.0  # same config, same data, CPU: bitwise the same run
+
+
+def test_files_mode_compares_common_steps_of_runs_of_different_length(tmp_path):
+    """--files compares saved metrics: a 50-step run against the first 50 steps of a 200-step one."""
+    import json
+
+    from compare_losses import main
+
+    long = [{**r, "throughput(tps)": 100.0, "time_metrics/end_to_end(s)": 1.0} for r in _rows([5.0] * 20)]
+    short = [{**r, "throughput(tps)": 90.0, "time_metrics/end_to_end(s)": 1.0} for r in _rows([5.05] * 10)]
+    fa, fb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    fa.write_text("".join(json.dumps(r) + "\n" for r in long))
+    fb.write_text("".join(json.dumps(r) + "\n" for r in [{"step": 0, "note": "no loss"}] + short))
+    out = tmp_path / "report.md"
+    assert main(["--files", str(fa), str(fb), "--warmup", "0", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "max relative difference 1.00e-02 (step 1)" in text
+    assert "A 100, B 90" in text
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        main(["--files", str(tmp_path / "missing.jsonl"), str(fa)])
