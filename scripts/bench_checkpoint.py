@@ -142,24 +142,44 @@ def probe_disk(folder: Path, gb_per_rank: float) -> tuple[float, float]:
     return dist.get_world_size() * n_chunks * len(chunk) / GB / elapsed.item(), free.item()
 
 
-def fit_layers(cfg: Any, label: str, gbps: float, free: float, seconds: float) -> tuple[str, str]:
-    """Set model.overrides.n_layers to the most layers whose checkpoint fits in `free` bytes and
-    whose two writes + one read at `gbps` take <= seconds (at least 1 layer); returns (model
-    label, a line saying what was chosen and why). ValueError when not even 1 layer fits the disk."""
+def ram_cap(folder: Path, nodes: int) -> float | None:
+    """Largest checkpoint (bytes, all ranks) whose async save fits in host memory when `folder` is
+    RAM-backed (tmpfs): staging and files both take RAM, with the trainer's headroom; else None."""
+    from trainer.checkpoint_memory import (
+        HEADROOM_BYTES,
+        HEADROOM_FRACTION,
+        RAM_FILESYSTEMS,
+        filesystem_type,
+        mem_available,
+    )
+
+    available = mem_available()
+    if available is None or filesystem_type(folder) not in RAM_FILESYSTEMS:
+        return None
+    return max(0.0, nodes * (available - HEADROOM_BYTES) / (2 * (1 + HEADROOM_FRACTION)))
+
+
+def fit_layers(cfg: Any, label: str, gbps: float, free: float, seconds: float,
+               cap: float | None = None) -> tuple[str, str]:
+    """Set model.overrides.n_layers to the most layers whose checkpoint fits in `free` bytes (and in
+    `cap`, see ram_cap) and whose two writes + one read at `gbps` take <= seconds (at least 1 layer);
+    returns (model label, a line saying what was chosen and why). ValueError when not even 1 layer
+    fits."""
     from trainer.config import resolve_model_args
 
     full = resolve_model_args(cfg).n_layers
     size = {n: checkpoint_bytes(cfg, n) for n in range(1, full + 1)}
     io_s = {n: 3 * b / GB / gbps for n, b in size.items()}
-    on_disk = [n for n in size if space_needed(size[n]) <= free]
+    on_disk = [n for n in size if space_needed(size[n]) <= free and (cap is None or size[n] <= cap)]
+    ram = "" if cap is None else f" (RAM-backed folder: async staging + files allow ~{_g(cap / GB)} GB)"
     if not on_disk:
-        raise ValueError(f"{cfg.run.dump_folder}: {free / GB:.1f} GB free, not enough for a checkpoint of "
-                         f"even 1 layer ({space_needed(size[1]) / GB:.1f} GB); use another --run.dump_folder")
+        raise ValueError(f"{cfg.run.dump_folder}: {free / GB:.1f} GB free{ram}, not enough for a checkpoint "
+                         f"of even 1 layer ({space_needed(size[1]) / GB:.1f} GB); use another --run.dump_folder")
     n = max([k for k in on_disk if io_s[k] <= seconds], default=1)
-    line = (f"Disk probe: {_g(gbps)} GB/s written (fsynced) by all ranks, {_g(free / GB)} GB free; a "
+    line = (f"Disk probe: {_g(gbps)} GB/s written (fsynced) by all ranks, {_g(free / GB)} GB free{ram}; a "
             f"checkpoint of {full} layers (~{_g(size[full] / GB)} GB) written twice and read once would "
             f"take ~{_g(io_s[full])} s against --fit-seconds {seconds:g}"
-            f"{'' if full in on_disk else ' and does not fit on the disk'}")
+            f"{'' if full in on_disk else ' and does not fit'}")
     if n == full:
         return label, line + ": the full depth is used."
     cfg.model.overrides = {**cfg.model.overrides, "n_layers": n}
@@ -301,7 +321,9 @@ class Bench:
         staged_s = time.perf_counter() - t0
         pending = mgr._pending  # private: the future of the write in flight
         if pending is None:
-            raise RuntimeError("CheckpointManager.save(blocking=False) started no async save")
+            raise RuntimeError("CheckpointManager.save(blocking=False) started no async save: the "
+                               "node lacks the host memory for it (see the warning above); use a "
+                               "checkpoint folder on disk or --layer-fraction / --fit-seconds")
         # concurrent.futures runs callbacks after waking result(): an Event orders the two.
         done_at: list[float] = []
         written = threading.Event()
@@ -474,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = Path(cfg.run.dump_folder).expanduser() / cfg.run.name
         init_distributed(cfg.comm, str(run_dir))
         gbps, free = probe_disk(run_dir, opts.probe_gb)
-        label, fit_line = fit_layers(cfg, label, gbps, free, opts.fit_seconds)
+        nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+        label, fit_line = fit_layers(cfg, label, gbps, free, opts.fit_seconds, ram_cap(run_dir, nodes))
         validate_config(cfg, world)
     trainer = Trainer(cfg)
     ok, text = False, ""

@@ -18,6 +18,7 @@ checkpoint.initial_load_path; else a fresh start. See trainer/checkpoint_folders
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import random
 import time
@@ -51,6 +52,13 @@ from trainer.checkpoint_folders import (
     section_template,
     set_aside,
     step_folder,
+)
+from trainer.checkpoint_memory import (
+    RAM_FILESYSTEMS,
+    async_shortfall,
+    filesystem_type,
+    mem_available,
+    state_bytes,
 )
 from trainer.log import logger
 from trainer.preemption import PreemptionWatcher
@@ -158,6 +166,7 @@ class CheckpointManager:
         # the write in flight (_wait).
         self._stager: Any | None = None
         self._stager_checked = False
+        self._async_verdict: bool | None = None  # set by the first async save (_async_fits)
         self.watcher = PreemptionWatcher() if self.enabled else None
 
     # ---- start = resume ------------------------------------------------------------------------
@@ -290,7 +299,7 @@ class CheckpointManager:
         state = self._state_dict(step)
         writer = self.writer_factory(str(path))
         t0 = time.perf_counter()
-        if blocking:
+        if blocking or not self._async_fits(state):
             dcp.save(state, storage_writer=writer, process_group=self.group)
             self._last_saved = step
             self._finish(step, path, t0, None)
@@ -306,6 +315,29 @@ class CheckpointManager:
         self._pending = _Pending(step, path, future, t0, staged)
         self._last_saved = step
         logger.info(f"checkpoint step-{step}: staged in {staged:.2f}s, writing in the background")
+
+    def _async_fits(self, state: dict[str, Any]) -> bool:
+        """Collective, on the first async save: whether every node can hold the host copies.
+
+        Otherwise async saves are turned off for the run (a warning says why), since the
+        out-of-memory killer would end the ranks in the middle of a write."""
+        if self._async_verdict is None:
+            reason = async_shortfall(
+                state_bytes(state), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), mem_available(),
+                filesystem_type(self.root) in RAM_FILESYSTEMS)
+            reasons: list[str | None] = [None] * self.world_size
+            dist.all_gather_object(reasons, reason, group=self.group)
+            bad = [(r, why) for r, why in enumerate(reasons) if why is not None]
+            self._async_verdict = not bad
+            if bad:
+                self.async_mode = False
+                if self.rank == 0:
+                    r, why = bad[0]
+                    logger.warning(
+                        f"checkpoint.async_mode = 'async': on rank {r}, {why}. This run saves with "
+                        f"blocking saves instead (checkpoint folder {self.root}). For async saves, "
+                        "free host memory, run fewer ranks per node, or use a folder on disk.")
+        return self._async_verdict
 
     def _async_stager(self) -> Any | None:
         if not self._stager_checked:

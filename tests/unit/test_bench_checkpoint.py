@@ -130,6 +130,27 @@ def test_fit_layers_picks_the_deepest_model_that_fits(gbps, free_gb, seconds):
         bench.fit_layers(cfg, label, gbps, 3e9, seconds)
 
 
+def test_ram_backed_folder_caps_the_depth_so_the_async_save_is_not_oom_killed(monkeypatch, tmp_path):
+    """On 2 x H200 a full 8B checkpoint in /dev/shm (96 GB of files + 96 GB of async staging on a
+    251 GB host) got both ranks OOM-killed: a RAM-backed folder now limits the depth."""
+    import trainer.checkpoint_memory as cm
+
+    monkeypatch.setattr(cm, "filesystem_type", lambda folder: "tmpfs")
+    monkeypatch.setattr(cm, "mem_available", lambda: 200 * 10**9)
+    cap = bench.ram_cap(tmp_path, nodes=1)
+    assert cap == pytest.approx((200e9 - cm.HEADROOM_BYTES) / (2 * (1 + cm.HEADROOM_FRACTION)))
+    opts, rest = bench.parse_args(["--config", "configs/llama3_8b.toml"])
+    cfg, label = bench.build_config(opts, rest, 2)
+    new_label, line = bench.fit_layers(cfg, label, 50.0, 250e9, 1e4, cap)  # fast, big disk: RAM decides
+    n = cfg.model.overrides["n_layers"]
+    assert bench.checkpoint_bytes(cfg, n) <= cap < bench.checkpoint_bytes(cfg, n + 1)
+    assert f"ONLY {n} of 32" in new_label and "RAM-backed folder" in line
+    # The trainer's own check agrees that this depth can be staged.
+    assert cm.async_shortfall(bench.checkpoint_bytes(cfg, n) // 2, 2, 200 * 10**9, True) is None
+    monkeypatch.setattr(cm, "filesystem_type", lambda folder: "ext4")
+    assert bench.ram_cap(tmp_path, nodes=1) is None
+
+
 def test_verdict_holds_each_mode_to_its_criterion():
     rng = random.Random(7)
     for _ in range(20):

@@ -378,3 +378,25 @@ def test_stream_continues_on_another_dp_degree(tmp_path, new_dp):
             seen += t2.stream.next_batch()["indices"].tolist()
     # Samples 0..35: each exactly once, none skipped.
     assert sorted(seen) == list(range(36))
+
+
+def test_async_save_without_enough_host_memory_saves_blocking(tmp_path, monkeypatch):
+    """A node that cannot hold the staging copy would be OOM-killed mid-write: such a run saves
+    blocking instead, says why, and its checkpoints are complete and resumable."""
+    import trainer.checkpoint as ckpt
+
+    monkeypatch.setattr(ckpt, "mem_available", lambda: 10**6)  # 1 MB available
+    t, mgr = start(tmp_path, interval=2, async_mode="async")
+    with captured_warnings() as warnings:
+        run(t, 2, mgr)
+    assert mgr._pending is None and not mgr.async_mode
+    assert (tmp_path / "checkpoint" / "step-2" / ".metadata").exists()
+    assert any("host staging" in w and "blocking saves instead" in w and "0.0 GB available" in w
+               for w in warnings), warnings
+    weights = {k: v.clone() for k, v in t.model.state_dict().items()}
+    run(t, 2, mgr)  # later saves are blocking too, without asking again
+    assert mgr._pending is None and (tmp_path / "checkpoint" / "step-4" / ".metadata").exists()
+    mgr.close()
+    t2, mgr2 = start(tmp_path, interval=2, load_step=2)
+    assert t2.step == 2 and all(torch.equal(v, weights[k]) for k, v in t2.model.state_dict().items())
+    mgr2.close()

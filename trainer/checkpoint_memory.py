@@ -1,0 +1,91 @@
+"""Host memory that an async checkpoint needs, checked before the first async save.
+
+An async save copies each rank's whole state (weights, AdamW moments) into host memory, kept for
+the run (trainer/checkpoint.py reuses the buffers): for Llama-3 8B that is 96 GB per node, whatever
+the number of ranks. If the checkpoint folder is itself in RAM (tmpfs such as /dev/shm, ramfs), the
+files take as much again. When the node cannot hold that, the kernel's out-of-memory killer ends
+the ranks mid-run (seen on 2 x H200 with a full 8B checkpoint in /dev/shm), so the run falls back
+to blocking saves instead, with a warning that says why.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+
+RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+# Left free beyond the estimate: page cache the writer needs, the ranks' own growth, other processes.
+HEADROOM_FRACTION = 0.10
+HEADROOM_BYTES = 4 * 10**9
+
+
+def mem_available(meminfo: str | Path = "/proc/meminfo") -> int | None:
+    """MemAvailable of the node in bytes, or None where the kernel does not report it."""
+    try:
+        text = Path(meminfo).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            parts = line.split()
+            return int(parts[1]) * (1024 if len(parts) > 2 and parts[2] == "kB" else 1)
+    return None
+
+
+def filesystem_type(path: str | Path, mounts: str | Path = "/proc/mounts") -> str | None:
+    """Type of the filesystem holding `path` (the longest mount point above it), or None."""
+    target = os.path.realpath(path)
+    try:
+        lines = Path(mounts).read_text().splitlines()
+    except OSError:
+        return None
+    best, best_type = "", None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # /proc/mounts escapes spaces in mount points as \040.
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, best_type = point, fields[2]
+    return best_type
+
+
+def state_bytes(state: Any) -> int:
+    """Bytes of this rank's tensors in a (nested) state dict: DTensors count their local shard."""
+    if isinstance(state, DTensor):
+        return state.to_local().nbytes
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, dict):
+        return sum(state_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(v) for v in state)
+    return 0
+
+
+def async_shortfall(rank_bytes: int, local_ranks: int, available: int | None,
+                    folder_in_ram: bool) -> str | None:
+    """Why this node cannot stage an async save (None if it can, or if memory is unknown).
+
+    rank_bytes: this rank's state; every rank on the node stages at the same time, so the node needs
+    rank_bytes x local_ranks, twice if the checkpoint files also land in RAM, plus headroom.
+    """
+    if available is None:
+        return None
+    node = rank_bytes * local_ranks
+    need = node * (2 if folder_in_ram else 1)
+    need += int(HEADROOM_FRACTION * need) + HEADROOM_BYTES
+    if need <= available:
+        return None
+    gb = 1e9
+    what = (f"{node / gb:.1f} GB of host staging for {local_ranks} rank(s)"
+            + (f" + {node / gb:.1f} GB for the files in the RAM-backed checkpoint folder"
+               if folder_in_ram else ""))
+    return (f"an async save needs {what} + headroom = {need / gb:.1f} GB, but the node has "
+            f"{available / gb:.1f} GB available")
