@@ -210,8 +210,23 @@ def _pct(us: float, step_us: float) -> str:
     return f"{100.0 * us / step_us:.1f}%"
 
 
-def _cell(name: str, width: int = 90) -> str:
-    name = name.replace("|", "/")
+_NOISE = re.compile(r"\bvoid |\(anonymous namespace\)::|\b(?:at::native::|at::cuda::|at::|c10::|detail::)")
+# Template arguments that say what a generic kernel computes: multi_tensor_apply_kernel runs every
+# foreach op and the fused optimizers, told apart only by their functor (FusedAdamMathFunctor,
+# LpNormFunctor, BinaryOpScalarFunctor + std::multiplies, ...).
+_TELLING = re.compile(r"\b(\w+Functor|std::\w+|\w+_kernel_cuda|\w+Op)\b")
+
+
+def kernel_label(name: str, width: int = 90) -> str:
+    """A table cell for a kernel: namespaces dropped; a long templated name becomes its base name plus
+    the template arguments that tell it apart, e.g. multi_tensor_apply_kernel<FusedAdamMathFunctor>."""
+    name = _NOISE.sub("", name.replace("|", "/")).strip()
+    if len(name) <= width:
+        return name
+    base, _, args = name.partition("<")
+    tags = list(dict.fromkeys(_TELLING.findall(args)))[:3]
+    if tags:
+        name = f"{base}<{', '.join(tags)}>"
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
@@ -297,7 +312,7 @@ def summarize_trace(trace: dict, title: str = "profile", top: int = 20) -> str:
               "device time (all devices)", "",
               "| # | name | category | calls/step | ms/step | % of step |", "|---|---|---|---|---|---|"]
     for i, (name, (calls, us, cat)) in enumerate(ranked, 1):
-        lines.append(f"| {i} | {_cell(name)} | {cat} | {calls / n:g} | {_ms(us / n)} | "
+        lines.append(f"| {i} | {kernel_label(name)} | {cat} | {calls / n:g} | {_ms(us / n)} | "
                      f"{_pct(us / n, step_us)} |")
     return "\n".join(lines) + "\n"
 

@@ -235,3 +235,27 @@ def test_profiling_a_cpu_run_writes_trace_and_summary(tmp_path, capsys):
     assert profiling_main([str(folder / "rank0_trace.json.gz")]) == 0
     again = capsys.readouterr().out
     assert again.split("\n", 1)[1] == summary.split("\n", 1)[1]
+
+
+def test_kernel_labels_tell_foreach_and_optimizer_kernels_apart():
+    """The top-kernel table must say which multi_tensor_apply kernel is the optimizer, the grad norm
+    or the clip (on 2 x H200 four such rows were cut to the same 90 characters)."""
+    from trainer.profiling import kernel_label
+
+    adam = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+            "namespace)::FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::"
+            "FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, "
+            "double, double, double, double, bool, float const*, float const*>(...)")
+    norm = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+            "namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::LpNormFunctor<float, "
+            "(at::native::(anonymous namespace)::NormType)1, float, float>, float*, int>(...)")
+    mul = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+           "namespace)::TensorListScalarListMetadata<float, 1>, at::native::(anonymous namespace)::"
+           "BinaryOpScalarFunctor<float, 1, 1, 0>, std::multiplies<float>, float>(...)")
+    labels = [kernel_label(n) for n in (adam, norm, mul)]
+    assert labels == ["multi_tensor_apply_kernel<FusedAdamMathFunctor>",
+                      "multi_tensor_apply_kernel<LpNormFunctor>",
+                      "multi_tensor_apply_kernel<BinaryOpScalarFunctor, std::multiplies>"]
+    assert kernel_label("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == \
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+    assert kernel_label("a|b") == "a/b" and len(kernel_label("x" * 300)) == 90
