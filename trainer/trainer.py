@@ -25,7 +25,7 @@ from trainer.distributed import init_distributed, set_train_timeout
 from trainer.log import init_logging, logger
 from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
 from trainer.models import FAMILIES
-from trainer.optim import build_lr_scheduler, build_optimizer, grad_norm, scale_grads_
+from trainer.optim import build_lr_scheduler, build_optimizer, clip_grads_, grad_norm
 from trainer.parallel import parallelize
 from trainer.parallel.dims import ParallelDims, env_world_size
 from trainer.parallel.init import seeded_init_fn
@@ -175,8 +175,8 @@ class Trainer:
                 "was not applied. Lower optimizer.lr, check the data, or resume from the last "
                 "checkpoint with another seed.")
         max_norm = self.cfg.training.max_norm
-        if max_norm > 0 and norm_val > max_norm:
-            scale_grads_(params, max_norm / (norm_val + 1e-6))
+        clip = max_norm / (norm_val + 1e-6) if max_norm > 0 and norm_val > max_norm else None
+        clip_grads_(self.optimizer, params, clip)
         self.last_lr = self.optimizer.param_groups[0]["lr"]  # the lr this step used
         with record_function("optimizer"):
             self.optimizer.step()
