@@ -5,7 +5,8 @@
     python scripts/bench_train.py --config configs/llama3_8b.toml --ngpu 2 --profile --out docs/perf/x.md
 
 A suite is a TOML file with [[variant]] tables: name, config, overrides (list of "--k=v"), and
-optionally ngpu and group. Each variant runs as its own torchrun job (so a crash or OOM costs one row),
+optionally ngpu, group and env (a table of environment variables for that variant's processes, e.g.
+PYTORCH_CUDA_ALLOC_CONF). Each variant runs as its own torchrun job (so a crash or OOM costs one row),
 with log_freq 1; tokens/s/GPU is total tokens over total wall time of the steps after warm-up.
 Variants with group = "70b-layers" and overrides setting model.overrides.n_layers to two depths
 give the per-layer extrapolation of ANCHORS.md section 3 to 80 layers, printed as an estimate.
@@ -42,6 +43,7 @@ class Variant:
     overrides: list[str] = field(default_factory=list)
     ngpu: int = 0
     group: str = ""
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,9 +74,13 @@ def load_suite(path: str) -> list[Variant]:
     data = read_toml(Path(path))
     out = []
     for i, v in enumerate(data.get("variant", [])):
-        unknown = set(v) - {"name", "config", "overrides", "ngpu", "group"}
+        unknown = set(v) - {"name", "config", "overrides", "ngpu", "group", "env"}
         if unknown or "name" not in v or "config" not in v:
             raise ValueError(f"{path}: variant #{i + 1} needs name and config; unknown keys {sorted(unknown)}")
+        env = v.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(x, str) for kv in env.items() for x in kv):
+            raise ValueError(f"{path}: variant {v['name']!r}: env must be a table of strings, "
+                             'e.g. env = {PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"}')
         out.append(Variant(**v))
     if not out:
         raise ValueError(f"{path}: no [[variant]] tables")
@@ -106,6 +112,7 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
         cmd += profile_overrides(warmup, steps, profile_steps)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    env.update(v.env)
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -115,7 +122,8 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
                for x in (exc.stdout, exc.stderr)]
         log, rc = "".join(out) + f"\ntimed out after {timeout:.0f} s (--timeout)", -1
     if log_dir is not None:
-        (log_dir / f"{run_name}.log").write_text(" ".join(cmd) + "\n\n" + log)
+        prefix = "".join(f"{k}={val} " for k, val in v.env.items())
+        (log_dir / f"{run_name}.log").write_text(prefix + " ".join(cmd) + "\n\n" + log)
     res = Result(v, ok=rc == 0, world=ngpu)
     if not res.ok:
         res.error = _last_error(log)
@@ -319,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             + (f" + {args.profile_steps} profiled (not measured; <variant>.profile.md)"
                if args.profile else ""),
             "", table(results)]
+    text += [f"Variant {r.variant.name!r} ran with " + ", ".join(f"{k}={val}" for k, val in r.variant.env.items())
+             for r in results if r.variant.env]
     extra = extrapolate(results)
     if extra:
         text += [""] + extra

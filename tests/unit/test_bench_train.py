@@ -3,6 +3,7 @@ extrapolation of ANCHORS.md section 3, so the benchmark any user can rerun canno
 
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -76,3 +77,25 @@ def test_extrapolation_says_why_it_has_no_estimate():
     assert lines == ["70b: no estimate: needs two depths that ran, got [4] (1 variant(s) failed)"]
     with pytest.raises(ValueError, match="two different depths"):
         bench.extrapolate_tps([(4, 100.0), (4, 120.0)], 80)
+
+
+def test_suite_env_reaches_the_variant_and_is_reported(tmp_path, monkeypatch):
+    suite = tmp_path / "suite.toml"
+    suite.write_text('[[variant]]\nname = "a"\nconfig = "configs/debug.toml"\n'
+                     'env = {PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"}\n')
+    [v] = bench.load_suite(str(suite))
+    assert v.env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    seen = {}
+
+    def fake_run(cmd, env, **kw):  # records what the torchrun job would get
+        seen.update(env)
+        return subprocess.CompletedProcess(cmd, 1, "", "boom")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    res = bench.run_variant(v, 1, 1, tmp_path, tmp_path, 10.0)
+    assert not res.ok and seen["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert (tmp_path / "a.log").read_text().startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[variant]]\nname = "b"\nconfig = "c.toml"\nenv = {X = 1}\n')
+    with pytest.raises(ValueError, match="env must be a table of strings"):
+        bench.load_suite(str(bad))
