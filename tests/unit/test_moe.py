@@ -131,17 +131,47 @@ def test_padded_groups_give_the_same_experts_output(monkeypatch):
 
 def test_permutation_helpers():
     ids = torch.tensor([3, 0, 3, 1, 0, 3])
-    dest, counts = group_rows(ids, 5)
+    dest, order, counts = group_rows(ids, 5)
     assert counts.tolist() == [2, 1, 0, 3, 0]
+    assert torch.equal(dest[order], torch.arange(6)) and torch.equal(order[dest], torch.arange(6))
     x = torch.arange(6.0).unsqueeze(1)
     sorted_rows = scatter_rows(x, dest, 6)
     assert sorted_rows.squeeze(1).tolist() == [1, 4, 3, 0, 2, 5]  # stable within an expert
+    assert torch.equal(scatter_rows(x, dest, 6, order), sorted_rows)  # the gather form agrees
     assert torch.equal(gather_rows(sorted_rows, dest), x)
+    assert torch.equal(gather_rows(sorted_rows, dest, order), x)
     pdest, offs, size = pad_groups(counts, 6, 4)
     assert size % 4 == 0 and size >= 6 + 5 * 3 and offs[-1] == size
     starts = torch.cat([torch.zeros(1, dtype=torch.int32), offs[:-1]])
     assert all(int(s) % 4 == 0 for s in starts)
     assert pdest.tolist() == [0, 1, 4, 8, 9, 10]
+
+
+def test_token_rows_as_gathers_match_the_expanded_scatter():
+    """tokens_to_rows and the permutation forms of scatter/gather (gathers in both directions) give
+    the same rows and gradients as expanding each token K times and scattering the copies."""
+    from trainer.models.moe import tokens_to_rows
+
+    g = torch.Generator().manual_seed(3)
+    t, k, d, e = 13, 3, 5, 6
+    ids = torch.randint(0, e, (t * k,), generator=g)
+    ids[:k] = 2  # some experts crowded, likely some empty
+    dest, order, counts = group_rows(ids, e)
+    x = torch.randn(t, d, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(t * k, d, dtype=torch.float64, generator=g)
+    ref = scatter_rows(x.unsqueeze(1).expand(t, k, d).reshape(t * k, d), dest, t * k)
+    rows = tokens_to_rows(x, dest, order, k)
+    assert torch.equal(rows, ref)
+    (gx_ref,) = torch.autograd.grad((gather_rows(ref * 2, dest) * w).sum(), x)
+    (gx,) = torch.autograd.grad((gather_rows(rows * 2, dest, order) * w).sum(), x)
+    torch.testing.assert_close(gx, gx_ref, rtol=1e-14, atol=1e-14)
+    assert torch.autograd.gradcheck(lambda v: tokens_to_rows(v, dest, order, k), (x,))
+    assert torch.autograd.gradcheck(lambda v: scatter_rows(v, dest, t * k, order),
+                                    (torch.randn(t * k, 2, dtype=torch.float64, requires_grad=True),))
+    assert torch.autograd.gradcheck(lambda v: gather_rows(v, dest, order),
+                                    (torch.randn(t * k, 2, dtype=torch.float64, requires_grad=True),))
+    with pytest.raises(ValueError, match="only for permutations"):
+        scatter_rows(rows, dest, t * k + 8, order)
 
 
 def test_aux_loss_gradient_equals_adding_it_to_the_loss():
@@ -158,7 +188,7 @@ def test_aux_loss_gradient_equals_adding_it_to_the_loss():
     moe.aux_loss_coef = 0.0
     out = moe(x)
     scores, idx, _ = moe.router(x.reshape(-1, SMALL.dim))
-    _, counts = group_rows(idx.reshape(-1), moe.n_experts)
+    _, _, counts = group_rows(idx.reshape(-1), moe.n_experts)
     aux = moe._aux_loss(scores, counts)
     ((out * g).sum() + coef / micro * aux).backward()
     for n, p in moe.named_parameters():

@@ -114,8 +114,8 @@ class AllToAllDispatcher(nn.Module):
         rows = all_to_all(x, out_splits, in_splits, self.group)  # ordered (source rank, local expert)
         local_ids = torch.repeat_interleave(
             torch.arange(e_loc, device=x.device).repeat(ep), recv.flatten(), output_size=m)
-        dest, local_counts = group_rows(local_ids, e_loc)
-        y = gather_rows(experts(scatter_rows(rows, dest, m), local_counts), dest)
+        dest, order, local_counts = group_rows(local_ids, e_loc)
+        y = gather_rows(experts(scatter_rows(rows, dest, m, order), local_counts), dest, order)
         return all_to_all(y, in_splits, out_splits, self.group)
 
     def extra_repr(self) -> str:
