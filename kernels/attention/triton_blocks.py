@@ -14,9 +14,38 @@ from __future__ import annotations
 
 import torch
 
-# Granule of the document range tables: every block size of a config set is a multiple of it.
+# Granule of the document range tables: every block size of a config set is a multiple of it
+# (bf16/fp16 tiles; the small fp32 tiles; the interpreter's fixed blocks).
 GPU_GRANULE = 64
+GPU_GRANULE_FP32 = 32
 INTERPRET_GRANULE = 16
+
+# Shared memory one thread block may use on H100/H200 (sm_90): 227 KiB (CUDA's
+# sharedMemPerBlockOptin). A config above it fails to launch (Triton: OutOfResources).
+HOPPER_SMEM_BYTES = 232448
+
+
+def smem_bytes(kernel: str, tile: tuple[int, int, int, int], head_dim: int, elem_bytes: int) -> int:
+    """Shared memory (bytes) that a config of `kernel` ("fwd", "dkdv", "dq") allocates, as a bound.
+
+    Triton keeps the tile that stays resident in shared memory and `stages` buffers of each
+    streamed tile (the software pipeline): fwd holds Q (BM, D) and streams K, V (BN, D); dK/dV
+    holds K, V (BN, D) and streams Q, dO (BM, D) plus two fp32 row vectors (lse2, delta); dQ holds
+    Q, dO (BM, D) and streams K, V (BN, D); 1 KiB covers the pipeline's mbarriers. For the bf16
+    tiles at head dims 64/128 this is Triton 3.6/3.9's allocation for sm_90 to within 2 KiB, never
+    below it; the fp32 (FMA) lowering of the 2-stage fp32 tiles allocates less (both checked
+    against compiled kernels in tests/kernels/test_attention_configs.py). Not modelled: the
+    layout-conversion scratch of the FMA lowering, which can exceed a 1-stage fp32 tile's bound.
+    """
+    bm, bn, _, stages = tile
+    row = head_dim * elem_bytes
+    if kernel == "fwd":
+        return bm * row + stages * 2 * bn * row + 1024
+    if kernel == "dkdv":
+        return 2 * bn * row + stages * 2 * bm * (row + 4) + 1024
+    if kernel == "dq":
+        return 2 * bm * row + stages * 2 * bn * row + 1024
+    raise ValueError(f"smem_bytes: unknown kernel {kernel!r}; valid: fwd, dkdv, dq")
 
 
 def seq_bucket(n: int) -> int:

@@ -31,6 +31,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernels.attention.triton_fwd import configs
+
 
 @triton.jit
 def attn_bwd_preprocess_kernel(
@@ -399,21 +401,25 @@ def dq_pre_hook(nargs: dict) -> None:
         nargs["DescV"].block_shape = [bn, d]
 
 
-# (BLOCK_M queries, BLOCK_N keys, warps, stages). dK/dV keeps two (BN, D) fp32 accumulators, so it
-# favours BN = 128 with short query blocks and 8 warps; dQ mirrors the forward. (64, 64, 4, 3)
-# serves short documents. H200 tuned to (64, 128, 8, 2-3) and (128, 64, 8, 3).
+# (BLOCK_M queries, BLOCK_N keys, warps, stages) for bf16/fp16. dK/dV keeps two (BN, D) fp32
+# accumulators, so it favours BN = 128 with short query blocks and 8 warps; dQ mirrors the forward.
+# (64, 64, 4, 3) serves short documents. H200 tuned to (64, 128, 8, 2-3) and (128, 64, 8, 3).
 DKDV_TILES = [(64, 128, 8, 2), (64, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
 DQ_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
-DKDV_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=dkdv_pre_hook)
-    for bm, bn, w, s in DKDV_TILES
-]
-DQ_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=dq_pre_hook)
-    for bm, bn, w, s in DQ_TILES
-]
+# fp32 inputs (a correctness/debug path, see triton_fwd.FWD_TILES_FP32): exact fp32 dots are FMA
+# loops with operands in registers. At head dim 128 the tiles above took 19-85 s (dQ) and 59-270 s
+# (dK/dV) each to compile for sm_90 with 70-385 KB of spills, and half exceed shared memory. One
+# small tile per kernel, not autotuned: 2.1 s (dQ) and 3.9 s (dK/dV), under 1 KB of spills.
+DKDV_TILES_FP32 = [(32, 32, 8, 2)]
+DQ_TILES_FP32 = [(32, 32, 8, 2)]
 _KEY = ["SQ_BUCKET", "SKV_BUCKET", "HEAD_DIM", "CAUSAL", "HAS_DOC", "TMA", "PREC"]
-attn_bwd_dkdv_tuned = triton.autotune(
-    configs=DKDV_CONFIGS, key=_KEY + ["DQ_ATOMIC", "HEADS_INNER"]
-)(attn_bwd_dkdv_kernel)
+_DKDV_KEY = _KEY + ["DQ_ATOMIC", "HEADS_INNER"]
+DKDV_CONFIGS = configs(DKDV_TILES, dkdv_pre_hook)
+DQ_CONFIGS = configs(DQ_TILES, dq_pre_hook)
+attn_bwd_dkdv_tuned = triton.autotune(configs=DKDV_CONFIGS, key=_DKDV_KEY)(attn_bwd_dkdv_kernel)
 attn_bwd_dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=_KEY)(attn_bwd_dq_kernel)
+# Single-config objects: no benchmarking, one compile (why separate: triton_fwd, same place).
+attn_bwd_dkdv_fp32_tuned = triton.autotune(
+    configs=configs(DKDV_TILES_FP32, dkdv_pre_hook), key=_DKDV_KEY)(attn_bwd_dkdv_kernel)
+attn_bwd_dq_fp32_tuned = triton.autotune(
+    configs=configs(DQ_TILES_FP32, dq_pre_hook), key=_KEY)(attn_bwd_dq_kernel)

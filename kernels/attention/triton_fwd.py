@@ -169,12 +169,17 @@ def attn_fwd_kernel(
 
 # Tile configs for H100/H200 (hdim 64/128), (BLOCK_M, BLOCK_N, warps, stages): few enough to tune
 # in seconds. Measured on H200 (docs/perf/2026-11-30_h200_attention.txt): pointer loads tuned to
-# (128, 64, 8, 3), TMA loads to (64, 64, 4, 3).
+# (128, 64, 8, 3), TMA loads to (64, 64, 4, 3). They serve bf16 and fp16 inputs.
 FWD_TILES = [(128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3)]
-FWD_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-    for bm, bn, w, s in FWD_TILES
-]
+# fp32 inputs are a correctness/debug path (reference-like math), not a speed path. Their dots run
+# with PREC "ieee", which has no tensor-core instruction: Triton lowers each tl.dot to FMAs with
+# whole operand rows in registers. At head dim 128 the tiles above then spill 8-140 KB per thread,
+# take 11-60 s each to compile for sm_90 (bf16: 1-2 s), and three need 256-384 KiB of shared
+# memory, more than an SM has. One small tile, not autotuned: 8 warps keep the per-thread FMA
+# tile small (1.3-1.6 s to compile, < 1.3 KB of spills). Numbers and how to measure them
+# without a GPU: `python -m kernels.attention.triton_aot`. Blocks are multiples of
+# triton_blocks.GPU_GRANULE_FP32.
+FWD_TILES_FP32 = [(32, 32, 8, 2)]
 
 
 def set_tma_blocks(nargs: dict) -> None:
@@ -186,13 +191,19 @@ def set_tma_blocks(nargs: dict) -> None:
         nargs["DescV"].block_shape = [nargs["BLOCK_N"], d]
 
 
+def configs(tiles: list[tuple[int, int, int, int]], pre_hook=None) -> list[triton.Config]:
+    """(BLOCK_M, BLOCK_N, warps, stages) tiles -> autotuner configs."""
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s,
+                          pre_hook=pre_hook) for bm, bn, w, s in tiles]
+
+
+FWD_CONFIGS = configs(FWD_TILES)
 _KEY = ["SQ_BUCKET", "SKV_BUCKET", "HEAD_DIM", "CAUSAL", "HAS_DOC", "TMA", "PREC"]
 attn_fwd_tuned = triton.autotune(configs=FWD_CONFIGS, key=_KEY)(attn_fwd_kernel)
-attn_fwd_tma_tuned = triton.autotune(
-    configs=[
-        triton.Config(c.kwargs, num_warps=c.num_warps, num_stages=c.num_stages,
-                      pre_hook=set_tma_blocks)
-        for c in FWD_CONFIGS
-    ],
-    key=_KEY,
-)(attn_fwd_kernel)
+attn_fwd_tma_tuned = triton.autotune(configs=configs(FWD_TILES, set_tma_blocks), key=_KEY)(
+    attn_fwd_kernel)
+# Separate single-config objects for fp32: Triton's autotuner skips benchmarking (and compiles
+# nothing else) only when an object holds one config (3.6 benchmarks even a single pruned one).
+attn_fwd_fp32_tuned = triton.autotune(configs=configs(FWD_TILES_FP32), key=_KEY)(attn_fwd_kernel)
+attn_fwd_tma_fp32_tuned = triton.autotune(configs=configs(FWD_TILES_FP32, set_tma_blocks),
+                                          key=_KEY)(attn_fwd_kernel)

@@ -2,8 +2,9 @@
 launch (fwd; backward preprocess, dK/dV, dQ), so kernels/attention/bench.py can time each alone.
 
 On GPU every kernel is autotuned over a small config set (triton_fwd / triton_bwd) unless
-SETTINGS.config_override pins one; in Triton's CPU interpreter (TRITON_INTERPRET=1, tests) fixed
-small blocks are used instead (INTERPRET_BLOCKS).
+SETTINGS.config_override pins one; fp32 inputs get one small tile per kernel instead (a debug path:
+tuned() picks the kernel object by dtype); in Triton's CPU interpreter (TRITON_INTERPRET=1, tests)
+fixed small blocks are used instead (INTERPRET_BLOCKS).
 """
 
 from __future__ import annotations
@@ -85,8 +86,35 @@ def interpreted() -> bool:
     return type(triton_fwd.attn_fwd_kernel).__name__ == "InterpretedFunction"
 
 
-def granule() -> int:
-    return triton_blocks.INTERPRET_GRANULE if interpreted() else triton_blocks.GPU_GRANULE
+def granule(dtype: torch.dtype) -> int:
+    """Granule of the document range tables: it must divide every block size the launch uses."""
+    if interpreted():
+        return triton_blocks.INTERPRET_GRANULE
+    return triton_blocks.GPU_GRANULE_FP32 if dtype == torch.float32 else triton_blocks.GPU_GRANULE
+
+
+# (kernel, TMA descriptors, fp32 inputs) -> (module, attribute) of the autotuned kernel object;
+# looked up at call time because tests re-import the kernel modules (see above).
+_TUNED = {
+    ("fwd", False, False): (triton_fwd, "attn_fwd_tuned"),
+    ("fwd", True, False): (triton_fwd, "attn_fwd_tma_tuned"),
+    ("fwd", False, True): (triton_fwd, "attn_fwd_fp32_tuned"),
+    ("fwd", True, True): (triton_fwd, "attn_fwd_tma_fp32_tuned"),
+    ("dkdv", False, False): (triton_bwd, "attn_bwd_dkdv_tuned"),
+    ("dkdv", False, True): (triton_bwd, "attn_bwd_dkdv_fp32_tuned"),
+    ("dq", False, False): (triton_bwd, "attn_bwd_dq_tuned"),
+    ("dq", False, True): (triton_bwd, "attn_bwd_dq_fp32_tuned"),
+}
+
+
+def tuned(name: str, dtype: torch.dtype, tma: bool = False):
+    """The autotuned kernel object that launches `name` ("fwd", "dkdv", "dq") on GPU for inputs
+    of `dtype`: bf16/fp16 tune over the measured tile sets, fp32 runs one small tile (its
+    exact-math dots compile slowly and spill at bf16 tile sizes; see triton_fwd.FWD_TILES_FP32).
+    `tma` selects the forward's descriptor variant; the backward kernels size theirs in pre_hooks.
+    """
+    module, attr = _TUNED[(name, tma and name == "fwd", dtype == torch.float32)]
+    return getattr(module, attr)
 
 
 def _launch(name: str, raw, tuned, grid, args: tuple, meta: dict, pre_hook=None) -> None:
@@ -160,7 +188,7 @@ def fwd(q, k, v, causal: bool, q_doc, kv_doc, out: torch.Tensor, lse: torch.Tens
     """Forward into out (B, Sq, Hq, D) and lse (B, Hq, Sq) fp32 (q, k, v last-dim contiguous)."""
     b, sq, hq, d = q.shape
     skv, hkv = k.shape[1], k.shape[2]
-    gran = granule()
+    gran = granule(q.dtype)
     qd, kd, lo, hi, stride_tbl, n_gran = _docs(q_doc, kv_doc, q.device, gran)
     descs = _descriptors(q, k, v) if SETTINGS.fwd_tma else None
     args = (
@@ -176,9 +204,8 @@ def fwd(q, k, v, causal: bool, q_doc, kv_doc, out: torch.Tensor, lse: torch.Tens
     meta = dict(HEAD_DIM=d, CAUSAL=causal, HAS_DOC=q_doc is not None, GRAN=gran,
                 TMA=descs is not None, PREC=prec(q))
     grid = lambda m: (b * hq, triton.cdiv(sq, m["BLOCK_M"]))  # noqa: E731
-    tuned = triton_fwd.attn_fwd_tuned if descs is None else triton_fwd.attn_fwd_tma_tuned
-    _launch("fwd", triton_fwd.attn_fwd_kernel, tuned, grid, args, meta,
-            pre_hook=triton_fwd.set_tma_blocks)
+    _launch("fwd", triton_fwd.attn_fwd_kernel, tuned("fwd", q.dtype, descs is not None), grid,
+            args, meta, pre_hook=triton_fwd.set_tma_blocks)
 
 
 def bwd_preprocess(out, dout, lse, dlse) -> tuple[torch.Tensor, torch.Tensor]:
@@ -257,7 +284,7 @@ def bwd_dkdv(q, k, v, dout, lse2, delta, causal: bool, q_doc, kv_doc, mode: str,
         desc_dq = TensorDescriptor(dq_acc, shape=[b * hq * sq, d], strides=[d, 1],
                                    block_shape=[16, d])
     descs = _descriptors(q, dout) if SETTINGS.dkdv_tma else None
-    gran = granule()
+    gran = granule(q.dtype)
     qd, kd, lo, hi, stride_tbl, n_gran = _docs(q_doc, kv_doc, q.device, gran, transpose=True)
     split = dkdv_split(b, hkv, hq // hkv, skv, q.device)
     if split > 1:  # fp32 partial dK/dV per slice of the query-head group, summed below
@@ -285,8 +312,8 @@ def bwd_dkdv(q, k, v, dout, lse2, delta, causal: bool, q_doc, kv_doc, mode: str,
     if interpreted() and atomic == 2:
         _interpreter_descriptor_reduce()
     grid = lambda m: (b * hkv * split, triton.cdiv(skv, m["BLOCK_N"]))  # noqa: E731
-    _launch("dkdv", triton_bwd.attn_bwd_dkdv_kernel, triton_bwd.attn_bwd_dkdv_tuned, grid, args,
-            meta, pre_hook=triton_bwd.dkdv_pre_hook)
+    _launch("dkdv", triton_bwd.attn_bwd_dkdv_kernel, tuned("dkdv", q.dtype), grid, args, meta,
+            pre_hook=triton_bwd.dkdv_pre_hook)
     if split > 1:
         dk.copy_(dk_out.view(b, skv, hkv, split, d).sum(3))
         dv.copy_(dv_out.view(b, skv, hkv, split, d).sum(3))
@@ -298,7 +325,7 @@ def bwd_dq(q, k, v, dout, lse2, delta, causal: bool, q_doc, kv_doc, dq: torch.Te
     b, sq, hq, d = q.shape
     skv, hkv = k.shape[1], k.shape[2]
     descs = _descriptors(k, v) if SETTINGS.dq_tma else None
-    gran = granule()
+    gran = granule(q.dtype)
     qd, kd, lo, hi, stride_tbl, n_gran = _docs(q_doc, kv_doc, q.device, gran)
     args = (
         q, k, v, dout, lse2, delta, dq, qd, kd, lo, hi, *(descs or (None, None)),
@@ -314,7 +341,7 @@ def bwd_dq(q, k, v, dout, lse2, delta, causal: bool, q_doc, kv_doc, dq: torch.Te
     meta = dict(HEAD_DIM=d, CAUSAL=causal, HAS_DOC=q_doc is not None, GRAN=gran,
                 TMA=descs is not None, PREC=prec(q))
     grid = lambda m: (b * hq, triton.cdiv(sq, m["BLOCK_M"]))  # noqa: E731
-    _launch("dq", triton_bwd.attn_bwd_dq_kernel, triton_bwd.attn_bwd_dq_tuned, grid, args, meta,
+    _launch("dq", triton_bwd.attn_bwd_dq_kernel, tuned("dq", q.dtype), grid, args, meta,
             pre_hook=triton_bwd.dq_pre_hook)
 
 
