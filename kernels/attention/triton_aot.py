@@ -26,6 +26,8 @@ import time
 
 import torch
 
+from kernels.scoped_env import scoped_env
+
 KERNELS = ("fwd", "fwd_tma", "dkdv", "dq")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 B, S, HQ, HKV = 4, 1024, 8, 2  # the debug model at dim 1024, 8 heads, 2 KV heads
@@ -126,7 +128,7 @@ def compile_config(kernel: str, dtype: torch.dtype, head_dim: int,
     knobs.nvidia.dump_ptxas_log = True  # Triton prints ptxas -v output: registers and spills
     # A fresh cache directory per compile: a cache hit would time nothing.
     with tempfile.TemporaryDirectory(prefix="titankit-aot-") as cache, \
-            _env("TRITON_CACHE_DIR", cache), contextlib.redirect_stdout(log):
+            scoped_env("TRITON_CACHE_DIR", cache), contextlib.redirect_stdout(log):
         start = time.perf_counter()
         try:
             kern = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
@@ -146,19 +148,6 @@ def compile_config(kernel: str, dtype: torch.dtype, head_dim: int,
             found = re.search(pattern, text)
             row[key] = int(found.group(1)) if found else None
     return row
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,13 +15,13 @@ outputs against the baseline named in the row (cuDNN SDPA, or _scaled_mm with pr
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import platform
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from kernels.scoped_env import scoped_env
 
 ATTN_SHAPES = {  # name -> (B, Hq, Hkv, S, D)
     "anchor": (1, 64, 8, 8192, 128),
@@ -40,21 +40,6 @@ def _time(fn, warmup: int = 25, rep: int = 200) -> float:
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str | None):
-    """Set (value given) an environment variable for the block, restoring it afterwards."""
-    old = os.environ.get(name)
-    if value is not None:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
 
 
 def _attention_impls() -> dict:
@@ -96,10 +81,10 @@ def attention_rows(name: str, shape: tuple) -> list[str]:
         # The plain "thunderkittens" row pins the default even when the caller's shell sets one.
         variant = impl.split(" bwd ")[1] if " bwd " in impl else "default"
         try:
-            with _env("TITANKIT_TK_BWD_VARIANT", variant), torch.no_grad():
+            with scoped_env("TITANKIT_TK_BWD_VARIANT", variant), torch.no_grad():
                 err = (fn(q, k, v).float() - ref).abs().max().item()
                 fwd = _time(lambda: fn(q, k, v))
-            with _env("TITANKIT_TK_BWD_VARIANT", variant):
+            with scoped_env("TITANKIT_TK_BWD_VARIANT", variant):
                 both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
         except (RuntimeError, ValueError) as e:  # a backend that cannot run here: say why
             rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:80]} | | | | |")

@@ -17,7 +17,6 @@ from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-import importlib  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -25,7 +24,8 @@ import torch  # noqa: E402
 pytest.importorskip("triton")
 
 from kernels.attention import attention_bwd, attention_fwd  # noqa: E402
-from kernels.attention import triton_blocks, triton_bwd, triton_fwd, triton_launch  # noqa: E402
+from kernels.attention import triton_blocks, triton_launch  # noqa: E402
+from tests.helpers.triton_interp import interpreted_kernels  # noqa: E402,F401  (module fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHED = [("fwd", False), ("fwd", True), ("dkdv", False), ("dq", False)]  # (kernel, TMA)
@@ -39,14 +39,6 @@ TUNED_16BIT = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def interpreted_kernels():
-    """If another test module imported the kernels compiled, re-decorate them interpreted."""
-    if not triton_launch.interpreted():
-        importlib.reload(triton_fwd)
-        importlib.reload(triton_bwd)
-    assert triton_launch.interpreted()
-    yield
 
 
 def _tiles(name: str, dtype: torch.dtype, tma: bool = False) -> list[tuple[int, int, int, int]]:

@@ -14,7 +14,6 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-import importlib  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -22,17 +21,10 @@ import torch  # noqa: E402
 pytest.importorskip("triton")
 
 from kernels.attention import attention, attention_bwd, attention_fwd, merge_partials  # noqa: E402
-from kernels.attention import triton_blocks, triton_bwd, triton_fwd, triton_launch  # noqa: E402
+from kernels.attention import triton_blocks, triton_launch  # noqa: E402
+from tests.helpers.triton_interp import interpreted_kernels  # noqa: E402,F401  (module fixture)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def interpreted_kernels():
-    """If another test module imported the kernels compiled, re-decorate them interpreted."""
-    if not triton_launch.interpreted():
-        importlib.reload(triton_fwd)
-        importlib.reload(triton_bwd)
-    assert triton_launch.interpreted()
-    yield
 
 
 def _set(monkeypatch, **fields):

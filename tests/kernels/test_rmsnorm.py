@@ -179,6 +179,10 @@ def _dtensor_worker(rank: int, world: int, store_file: str) -> None:
         dist.barrier()  # no rank tears gloo down while the other is still in the last collective
     finally:
         dist.destroy_process_group()
+    # Leave without the interpreter's teardown: in 2 of 5 runs of tests/kernels on 2 CPU cores, a
+    # gloo thread still being destroyed there aborted rank 1 ("terminate called without an active
+    # exception") after every check had passed. A failed check raised above and reaches mp.spawn.
+    os._exit(0)
 
 
 def test_triton_op_under_sequence_parallel_dtensor(tmp_path):

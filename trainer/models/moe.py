@@ -287,7 +287,7 @@ class MoE(nn.Module):
         """x (B, S, D) -> (B, S, D)."""
         b, s, d = x.shape
         xt = x.reshape(-1, d)
-        t, k = xt.shape[0], self.top_k
+        k = self.top_k
         scores, top_idx, top_w = self.router(xt)
         dest, order, counts = group_rows(top_idx.reshape(-1), self.n_experts)
         # Row t*K + j is token t's j-th choice; sorted by expert for the grouped GEMM.
