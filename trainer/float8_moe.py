@@ -30,11 +30,10 @@ from __future__ import annotations
 import logging
 
 import torch
-import torch.nn.functional as F
 
 import kernels.moe
 from kernels.fp8 import reference as R
-from trainer.models.moe import GroupedExperts, gather_rows, pad_groups, scatter_rows
+from trainer.models.moe import GroupedExperts, grouped_swiglu
 
 logger = logging.getLogger(__name__)
 
@@ -261,19 +260,12 @@ class Float8GroupedExperts(GroupedExperts):
         gemm = self._gemm(x)
         # The fp8 kernels want every group on a 16-row boundary (TMA; grad_weight's contraction).
         align = 1 if gemm == "emulated" else _ROW_ALIGN
-        n = x.shape[0]
-        if align == 1:
-            offs = counts.cumsum(0).to(torch.int32)
-        else:
-            dest, offs, size = pad_groups(counts, n, align)
-            x = scatter_rows(x, dest, size)
 
-        def gmm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        def gmm(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
             return _Float8GroupedMM.apply(a, w, offs, self.recipe == "rowwise", gemm,
                                           self.grad_weight_high_precision)
 
-        y = gmm(F.silu(gmm(x, w1)) * gmm(x, w3), w2)
-        return y if align == 1 else gather_rows(y, dest)
+        return grouped_swiglu(x, counts, align, gmm, w1, w2, w3)
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe}, gemm={self.cuda_gemm} (CUDA) / emulated (CPU)"

@@ -217,19 +217,27 @@ class GroupedExperts(nn.Module):
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """x (n, D) rows grouped by expert, counts (E_local,) int64 rows per expert -> (n, D)."""
         w1, w2, w3 = (self.weight_view(w) for w in (self.w1, self.w2, self.w3))
-        n = x.shape[0]
-        align = kernels.moe.row_alignment(self.backend, x)
-        if align == 1:
-            offs = counts.cumsum(0).to(torch.int32)
-        else:
-            dest, offs, size = pad_groups(counts, n, align)
-            x = scatter_rows(x, dest, size)
 
-        def gmm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        def gmm(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
             return kernels.moe.grouped_mm(a, w.transpose(1, 2), offs, backend=self.backend)
 
-        y = gmm(F.silu(gmm(x, w1)) * gmm(x, w3), w2)
-        return y if align == 1 else gather_rows(y, dest)
+        return grouped_swiglu(x, counts, kernels.moe.row_alignment(self.backend, x), gmm, w1, w2, w3)
+
+
+def grouped_swiglu(x: torch.Tensor, counts: torch.Tensor, align: int, gmm: Callable,
+                   w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor) -> torch.Tensor:
+    """SwiGLU experts over rows grouped by expert: x (n, D), counts (E,) -> (n, D).
+
+    gmm(a, w, offs) is the grouped GEMM (offs (E,) int32 cumulative group ends); with align > 1
+    every group is first padded to start on a multiple of `align` rows (zero rows, dropped after)."""
+    n = x.shape[0]
+    if align == 1:
+        offs = counts.cumsum(0).to(torch.int32)
+    else:
+        dest, offs, size = pad_groups(counts, n, align)
+        x = scatter_rows(x, dest, size)
+    y = gmm(F.silu(gmm(x, w1, offs)) * gmm(x, w3, offs), w2, offs)
+    return y if align == 1 else gather_rows(y, dest)
 
 
 class LocalDispatcher(nn.Module):

@@ -27,4 +27,10 @@ def parallelize(model: nn.Module, dims: ParallelDims, job_config) -> nn.Module:
             f"model.name = {name!r} has no parallelize function; valid values are "
             f"{sorted(PARALLELIZERS)}"
         )
+    # Checked here, once for every family: each parallelizer passes the flag on to apply_tp.
+    if job_config.parallelism.enable_async_tensor_parallel and not dims.tp_enabled:
+        raise ValueError(
+            "parallelism.enable_async_tensor_parallel = true needs "
+            f"parallelism.tensor_parallel_degree > 1 (it is {dims.tp})"
+        )
     return PARALLELIZERS[name](model, dims, job_config)

@@ -21,12 +21,6 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
     """Shard/wrap `model` (still on meta) in place according to `dims` and `job_config`."""
     par = job_config.parallelism
     dev = device_type()
-    if par.enable_async_tensor_parallel and not dims.tp_enabled:
-        raise ValueError(
-            "parallelism.enable_async_tensor_parallel = true needs "
-            f"parallelism.tensor_parallel_degree > 1 (it is {dims.tp})"
-        )
-
     if dims.tp_enabled:
         from trainer.parallel.tensor import apply_tp
 

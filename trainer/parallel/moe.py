@@ -92,11 +92,6 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
     """Shard/wrap the MoETransformer `model` (still on meta) in place according to `dims`."""
     par = job_config.parallelism
     dev = device_type()
-    if par.enable_async_tensor_parallel and not dims.tp_enabled:
-        raise ValueError(
-            "parallelism.enable_async_tensor_parallel = true needs "
-            f"parallelism.tensor_parallel_degree > 1 (it is {dims.tp})"
-        )
     n_experts = model.args.n_experts
     if n_experts % dims.ep != 0:
         raise ValueError(
