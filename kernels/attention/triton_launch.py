@@ -107,6 +107,12 @@ _TUNED = {
 }
 
 
+def bsh_strides(*tensors: torch.Tensor) -> tuple[int, ...]:
+    """(batch, sequence, head) strides of each (B, S, H, D) tensor, in order: the kernels' stride_*b,
+    stride_*s, stride_*h arguments (D is contiguous)."""
+    return tuple(t.stride(i) for t in tensors for i in range(3))
+
+
 def tuned(name: str, dtype: torch.dtype, tma: bool = False):
     """The autotuned kernel object that launches `name` ("fwd", "dkdv", "dq") on GPU for inputs
     of `dtype`: bf16/fp16 tune over the measured tile sets, fp32 runs one small tile (its
@@ -193,10 +199,7 @@ def fwd(q, k, v, causal: bool, q_doc, kv_doc, out: torch.Tensor, lse: torch.Tens
     descs = _descriptors(q, k, v) if SETTINGS.fwd_tma else None
     args = (
         q, k, v, out, lse, qd, kd, lo, hi, *(descs or (None, None, None)),
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
+        *bsh_strides(q, k, v, out),
         qd.stride(0), kd.stride(0), stride_tbl,
         hq, hq // hkv, sq, skv, n_gran, 1.0 / math.sqrt(d),
         triton_blocks.seq_bucket(sq), triton_blocks.seq_bucket(skv),
@@ -219,7 +222,7 @@ def bwd_preprocess(out, dout, lse, dlse) -> tuple[torch.Tensor, torch.Tensor]:
     block = 16 if interpreted() else 64
     triton_bwd.attn_bwd_preprocess_kernel[(b * hq, triton.cdiv(sq, block))](
         out, dout, lse, dlse_t, delta, lse2,
-        out.stride(0), out.stride(1), out.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
+        *bsh_strides(out, dout),
         hq, sq, HEAD_DIM=d, HAS_DLSE=has_dlse, BLOCK_M=block,
     )
     return delta, lse2
@@ -295,13 +298,7 @@ def bwd_dkdv(q, k, v, dout, lse2, delta, causal: bool, q_doc, kv_doc, mode: str,
     args = (
         q, k, v, dout, lse2, delta, dk_out, dv_out, dq_acc, qd, kd, lo, hi,
         *(descs or (None, None)), desc_dq,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        dout.stride(0), dout.stride(1), dout.stride(2),
-        dk_out.stride(0), dk_out.stride(1), dk_out.stride(2),
-        dv_out.stride(0), dv_out.stride(1), dv_out.stride(2),
-        dq_view.stride(0), dq_view.stride(1), dq_view.stride(2),
+        *bsh_strides(q, k, v, dout, dk_out, dv_out, dq_view),
         qd.stride(0), kd.stride(0), stride_tbl,
         hq, hkv, hq // hkv, split, sq, skv, n_gran, 1.0 / math.sqrt(d),
         triton_blocks.seq_bucket(sq), triton_blocks.seq_bucket(skv),
@@ -329,11 +326,7 @@ def bwd_dq(q, k, v, dout, lse2, delta, causal: bool, q_doc, kv_doc, dq: torch.Te
     qd, kd, lo, hi, stride_tbl, n_gran = _docs(q_doc, kv_doc, q.device, gran)
     args = (
         q, k, v, dout, lse2, delta, dq, qd, kd, lo, hi, *(descs or (None, None)),
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        dout.stride(0), dout.stride(1), dout.stride(2),
-        dq.stride(0), dq.stride(1), dq.stride(2),
+        *bsh_strides(q, k, v, dout, dq),
         qd.stride(0), kd.stride(0), stride_tbl,
         hq, hq // hkv, sq, skv, n_gran, 1.0 / math.sqrt(d),
         triton_blocks.seq_bucket(sq), triton_blocks.seq_bucket(skv),
