@@ -188,6 +188,18 @@ def _layout(r: dict, world: int) -> str:
     return " ".join(parts) or "1 rank"
 
 
+def _batch(r: dict, world: int) -> str:
+    """Local batch, with the gradient-accumulation count when global_batch_size asks for one."""
+    t = r["training"]
+    local, glob = t["local_batch_size"], t.get("global_batch_size", -1)
+    if glob <= 0:
+        return str(local)
+    p = r.get("parallelism", {})
+    non_dp = p.get("tensor_parallel_degree", 1) * p.get("context_parallel_degree", 1)
+    accum = glob // (local * (world // non_dp))
+    return f"{local} x {accum} accum" if accum > 1 else str(local)
+
+
 def table(results: list[Result]) -> str:
     import torch
 
@@ -212,7 +224,7 @@ def table(results: list[Result]) -> str:
         mfu = "n/a" if res.mfu is None else f"{res.mfu:.1f}%"
         lines.append(
             f"| {res.variant.name} | {model} | {_layout(r, res.world)} | {prec}, attn {m['attention']} | "
-            f"{'on' if r['compile']['enable'] else 'off'} | {ac} | {t['local_batch_size']} | "
+            f"{'on' if r['compile']['enable'] else 'off'} | {ac} | {_batch(r, res.world)} | "
             f"{t['seq_len']} | {res.tps:,.0f} | {res.tflops:.0f} | {mfu} | "
             f"{res.mem_active:.1f} / {res.mem_reserved:.1f} |")
     return "\n".join(lines)
@@ -317,11 +329,21 @@ def main(argv: list[str] | None = None) -> int:
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="titankit_bench_"))
+    results: list[Result] = []
     try:
-        results = [run_variant(v, args.warmup, args.steps, workdir, log_dir, args.timeout,
-                               args.profile_steps if args.profile else 0, trace_dir) for v in variants]
+        for v in variants:
+            results.append(run_variant(v, args.warmup, args.steps, workdir, log_dir, args.timeout,
+                                       args.profile_steps if args.profile else 0, trace_dir))
+            if args.out:  # the rows so far survive a suite that is killed part-way
+                Path(args.out).write_text(report(results, args) + "\n")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    text = report(results, args)
+    print(text)
+    return 0 if all(r.ok for r in results) else 1
+
+
+def report(results: list[Result], args: argparse.Namespace) -> str:
     text = [f"Environment: {environment()}", f"Date: {time.strftime('%Y-%m-%d')}",
             f"Steps: {args.warmup} warm-up + {args.steps} measured"
             + (f" + {args.profile_steps} profiled (not measured; <variant>.profile.md)"
@@ -332,11 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = extrapolate(results)
     if extra:
         text += [""] + extra
-    report = "\n".join(text)
-    print(report)
-    if args.out:
-        Path(args.out).write_text(report + "\n")
-    return 0 if all(r.ok for r in results) else 1
+    return "\n".join(text)
 
 
 if __name__ == "__main__":

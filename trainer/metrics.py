@@ -43,6 +43,7 @@ METRIC_KEYS = (
     "mfu(%)",
     "memory/max_active(GiB)",
     "memory/max_reserved(GiB)",
+    "memory/num_alloc_retries",
     "time_metrics/end_to_end(s)",
     "time_metrics/data_loading(%)",
     "n_tokens_seen",
@@ -145,6 +146,9 @@ class StepMeter:
     Memory is torch.cuda.max_memory_allocated / max_memory_reserved in GiB, reset at every collect()
     so each log step shows the peak of its own period. On CPU both are reported as 0.0 under the
     same keys (process RSS is not comparable to a GPU allocator's numbers, so it is not used).
+    num_alloc_retries counts, per period, the times the CUDA caching allocator ran out, freed its
+    cache and retried: each retry synchronises the device, so a run near the memory limit slows down
+    with no other sign in the memory figures.
     """
 
     def __init__(
@@ -164,7 +168,13 @@ class StepMeter:
         self.cp, self.tp = cp, tp
         self.device = torch.device(device)
         self._clock = clock
+        self._retries_seen = self._alloc_retries()
         self.reset()
+
+    def _alloc_retries(self) -> int:
+        if self.device.type != "cuda":
+            return 0
+        return int(torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0))
 
     def reset(self) -> None:
         """Start a new period now (call once right before the training loop)."""
@@ -197,12 +207,15 @@ class StepMeter:
             reserved = torch.cuda.max_memory_reserved(self.device) / GIB
         else:
             active = reserved = 0.0
+        retries = self._alloc_retries()
+        new_retries, self._retries_seen = retries - self._retries_seen, retries
         out = {
             "throughput(tps)": tps,
             "tflops": tflops,
             "mfu(%)": mfu,
             "memory/max_active(GiB)": active,
             "memory/max_reserved(GiB)": reserved,
+            "memory/num_alloc_retries": new_retries,
             "time_metrics/end_to_end(s)": elapsed / self._steps,
             "time_metrics/data_loading(%)": 100.0 * self._data_s / elapsed,
         }
@@ -316,4 +329,6 @@ def format_console_line(step: int, row: dict[str, Any]) -> str:
         f"tps {row['throughput(tps)']:,.0f}  tflops {row['tflops']:.2f}  "
         f"mfu {'n/a' if mfu is None else f'{mfu:.2f}%'}  "
         f"memory {row['memory/max_active(GiB)']:.2f}GiB ({row['memory/max_reserved(GiB)']:.2f} reserved)"
+        + (f"  alloc retries {row['memory/num_alloc_retries']} (near the memory limit: each one "
+           "synchronises the GPU)" if row.get("memory/num_alloc_retries") else "")
     )

@@ -140,6 +140,7 @@ def test_step_meter_periods():
     assert out["time_metrics/end_to_end(s)"] == pytest.approx(1.6 / 3, rel=1e-9)
     assert out["time_metrics/data_loading(%)"] == pytest.approx(100 * sum(data_s) / 1.6, rel=1e-9)
     assert out["memory/max_active(GiB)"] == 0.0 and out["memory/max_reserved(GiB)"] == 0.0
+    assert out["memory/num_alloc_retries"] == 0
     # The next period starts at collect(): its numbers do not include the first one.
     meter.add_step(1000, 0.0)
     clock.t += 0.5
@@ -247,3 +248,21 @@ def test_tensorboard_missing_is_a_clear_error_on_every_rank(tmp_path, monkeypatc
     for rank in (0, 1):
         with pytest.raises(ImportError, match=r"pip install titankit\[tensorboard\]"):
             MetricsLogger(cfg, tmp_path, rank=rank)
+
+
+def test_alloc_retries_are_counted_per_period_and_shown_on_the_console(monkeypatch):
+    """The allocator's counter is cumulative; each log step reports the retries of its own period,
+    and the console line names them (they stall the GPU with no other sign in the memory figures)."""
+    from trainer.metrics import format_console_line
+
+    counter = iter([3, 10, 10])  # at construction, then at two collects
+    monkeypatch.setattr(StepMeter, "_alloc_retries", lambda self: next(counter))
+    meter = StepMeter(1e9, None, device="cpu")
+    meter.add_step(100)
+    first = meter.collect()
+    meter.add_step(100)
+    second = meter.collect()
+    assert first["memory/num_alloc_retries"] == 7 and second["memory/num_alloc_retries"] == 0
+    row = {"loss_metrics/global_avg_loss": 2.0, "grad_norm": 1.0, "lr": 1e-4, **first}
+    assert "alloc retries 7" in format_console_line(5, row)
+    assert "alloc retries" not in format_console_line(6, {**row, **second})
