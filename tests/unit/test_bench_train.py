@@ -45,6 +45,16 @@ def test_bench_runs_on_cpu_and_prints_a_table_with_profile(tmp_path, capsys, mon
     assert "## Where the time goes on cpu (per step)" in profile
     # Two FSDP ranks talk: the summary finds the collectives (gloo on CPU) and times them.
     assert re.search(r"^\| all-gather \| \d+ \| [0-9.]+ \| [0-9.]+ \|$", profile, re.M), profile
+    # scripts/project_hardware.py reads this very output (table + profile summary).
+    spec = importlib.util.spec_from_file_location("project_hardware", ROOT / "scripts" / "project_hardware.py")
+    proj = importlib.util.module_from_spec(spec)
+    sys.modules["project_hardware"] = proj  # for its dataclasses, as above
+    spec.loader.exec_module(proj)
+    (got,) = proj.parse_bench(out)
+    assert (got.variant, got.model, got.flavor, got.layers, got.fsdp) == ("debug", "llama3", "debug", 2, 2)
+    assert got.tps == pytest.approx(float(row["tokens/s/GPU"].replace(",", "")))
+    parts = proj.parse_profile(tmp_path / "bench" / "debug.profile.md")
+    assert parts["step"] > 0 and parts["gemm"] >= 0
 
 
 def _result(group: str, layers: int, tps: float):

@@ -1,0 +1,102 @@
+"""scripts/project_hardware.py: the B200 (or any GPU) projection calibrated on measured runs."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("project_hardware", ROOT / "scripts" / "project_hardware.py")
+proj = importlib.util.module_from_spec(_spec)
+sys.modules["project_hardware"] = proj
+_spec.loader.exec_module(proj)
+
+HEAD = ("| variant | model | layout | precision | compile | AC | local batch | seq | tokens/s/GPU | TFLOP/s | MFU "
+        "| max active / reserved GiB |\n" + "|---|" * 12)
+
+
+def _profile(step, gemm=0.0, attention=0.0, elementwise=0.0, optimizer=0.0, comm=0.0, exposed=0.0, idle=0.0):
+    rows = [("compute: GEMM", gemm), ("compute: attention", attention),
+            ("compute: elementwise/norm/other", elementwise),
+            ("optimizer (kernels launched in the optimizer region)", optimizer),
+            ("communication (union of comm kernels)", comm),
+            ("**exposed communication** (comm with no compute kernel running)", exposed),
+            ("memcpy/memset", 0.0), ("device idle (step time - busy)", idle)]
+    body = "\n".join(f"| {k} | {v:,.2f} | x% |" for k, v in rows)
+    return f"# Profile\n\nAverage step time: {step:,.2f} ms over 1 traced step(s).\n\n| part | ms/step | % |\n|---|---|---|\n{body}\n"
+
+
+def _bench(tmp_path, rows):
+    """rows: (variant, model cell, precision cell, tps, max active GiB, profile text)."""
+    lines = [HEAD]
+    (tmp_path / "b").mkdir()
+    for name, model, prec, tps, mem, prof in rows:
+        lines.append(f"| {name} | {model} | fsdp2 | {prec} | on | selective (op) | 1 | 8192 | {tps:,.0f} | 1 | 1% "
+                     f"| {mem:.1f} / {mem + 10:.1f} |")
+        (tmp_path / "b" / (name.replace(" ", "_") + ".profile.md")).write_text(prof)
+    (tmp_path / "b.md").write_text("Environment: x\n\n" + "\n".join(lines) + "\n")
+    return tmp_path / "b.md"
+
+
+def test_same_gpu_same_layout_projects_the_measurement(tmp_path, capsys):
+    prof = _profile(1000, gemm=600, attention=150, elementwise=200, optimizer=20, comm=300, exposed=30, idle=5)
+    b = _bench(tmp_path, [("v 4", "llama3 70B (4 layers)", "bfloat16, attn sdpa", 17264, 63.0, prof),
+                          ("v 8", "llama3 70B (8 layers)", "bfloat16, attn sdpa", 9971, 94.1, prof)])
+    assert proj.main(["--bench", str(b), "--target", "h200", "--fsdp", "2", "--tc-efficiency", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| v 4 | 17,264 | 17,264 |" in out and "| v 8 | 9,971 | 9,971 |" in out
+    assert "measured-based 1,159; projected (tc-eff 1) 1,159" in out
+
+
+def test_each_part_scales_by_its_own_bound():
+    src, dst = proj.GPUS["h200"], proj.GPUS["b200"]
+    gemm_only = proj.parse_profile_text(_profile(100, gemm=100))
+    assert proj.time_ratio(gemm_only, src, dst, False, 2, 2, 1.0) == pytest.approx(989 / 2250)
+    assert proj.time_ratio(gemm_only, src, dst, True, 2, 2, 1.0) == pytest.approx(1979 / 4500)
+    assert proj.time_ratio(gemm_only, src, dst, False, 2, 2, 0.5) == pytest.approx(2 * 989 / 2250)
+    mem_only = proj.parse_profile_text(_profile(100, elementwise=100))
+    assert proj.time_ratio(mem_only, src, dst, False, 2, 2, 1.0) == pytest.approx(4.8 / 8.0)
+    idle = proj.parse_profile_text(_profile(100, gemm=50, idle=50))
+    assert proj.time_ratio(idle, src, dst, False, 2, 2, 1.0) == pytest.approx((50 * 989 / 2250 + 50) / 100)
+
+
+def test_communication_that_no_longer_hides_under_compute_becomes_exposed():
+    src, dst = proj.GPUS["h200"], proj.GPUS["b200"]
+    # 100 ms of GEMM hid 80 ms of comm on the source. On the target compute takes 43.96 ms; FSDP 8 moves
+    # 1.75x the bytes per GPU over a link twice as fast: 70 ms of comm, 26.04 ms of it now exposed.
+    p = proj.parse_profile_text(_profile(100, gemm=100, comm=80))
+    compute = 100 * 989 / 2250
+    assert proj.time_ratio(p, src, dst, False, 2, 8, 1.0) == pytest.approx(80 * 1.75 / 2 / 100)
+    # At FSDP 2 the same bytes take 40 ms on the faster link: hidden under the 43.96 ms of compute.
+    assert proj.time_ratio(p, src, dst, False, 2, 2, 1.0) == pytest.approx(compute / 100)
+
+
+def test_memory_check_splits_state_from_activations(tmp_path, capsys):
+    p0, pl = proj.params_per_layer("llama3", "70B")
+    assert pl == 855_638_016 + 2 * 8192 and p0 == 2 * 128256 * 8192 + 8192
+    prof = _profile(1000, gemm=1000)
+    act, rest = 1.5 * proj.GIB, 16.0 * proj.GIB
+    mem = [(rest + 16 * p0 / 2 + n * (act + 16 * pl / 2)) / proj.GIB for n in (4, 8)]
+    b = _bench(tmp_path, [("a", "llama3 70B (4 layers)", "bfloat16, attn sdpa", 100, mem[0], prof),
+                          ("b", "llama3 70B (8 layers)", "bfloat16, attn sdpa", 60, mem[1], prof)])
+    proj.main(["--bench", str(b), "--target", "b200", "--fsdp", "8", "--layers", "80"])
+    out = capsys.readouterr().out
+    assert "1.50 GiB per layer, 16.0 GiB outside the layers" in out  # to the rounding of the table's GiB
+    state = 16 * (p0 + 80 * pl)
+    need = rest + 80 * act + state / 8
+    assert f"{need / proj.GIB:.0f} GiB per GPU against 168 GiB on B200 (HGX): does NOT fit; FSDP >= " in out
+    proj.main(["--bench", str(b), "--target", "b200", "--fsdp", "8", "--layers", "8"])
+    assert "B200 (HGX): fits." in capsys.readouterr().out
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    (tmp_path / "x.md").write_text("no table here\n")
+    with pytest.raises(ValueError, match=r"x\.md: no bench_train table"):
+        proj.parse_bench(tmp_path / "x.md")
+    b = _bench(tmp_path, [("v", "llama3 70B (4 layers)", "bfloat16, attn sdpa", 1, 1.0, "# nothing\n")])
+    with pytest.raises(ValueError, match=r"v\.profile\.md: no 'Average step time'"):
+        proj.main(["--bench", str(b), "--target", "b200"])
+    (tmp_path / "b" / "v.profile.md").unlink()
+    with pytest.raises(SystemExit):
+        proj.main(["--bench", str(b), "--target", "b200"])
