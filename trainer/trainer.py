@@ -27,6 +27,7 @@ from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
 from trainer.models import FAMILIES
 from trainer.optim import build_lr_scheduler, build_optimizer, clip_grads_, grad_norm
 from trainer.parallel import parallelize
+from trainer.parallel.fsdp import grad_sync_last_only
 from trainer.parallel.dims import ParallelDims, env_world_size
 from trainer.parallel.init import seeded_init_fn
 from trainer.profiling import StepProfiler
@@ -99,6 +100,7 @@ class Trainer:
         model.train()
         self.model = model
         self.n_params = sum(p.numel() for p in model.parameters())  # DTensor: the global size
+        self.sync_last_micro_batch = grad_sync_last_only(model, self.dims, cfg, self.grad_accum)
         self.flops_per_token = self.model_args.flops_per_token(t.seq_len)
 
         self.optimizer = build_optimizer(model, cfg.optimizer, self.device.type)
@@ -147,7 +149,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         t_data = 0.0
         loss_sum = torch.zeros((), device=self.device)
-        for _ in range(self.grad_accum):
+        for micro in range(self.grad_accum):
+            if self.sync_last_micro_batch:
+                self.model.set_requires_gradient_sync(micro == self.grad_accum - 1)
             t0 = time.perf_counter()
             with record_function("data"):
                 batch = self._micro_batch()

@@ -109,3 +109,15 @@ def test_suite_env_reaches_the_variant_and_is_reported(tmp_path, monkeypatch):
     bad.write_text('[[variant]]\nname = "b"\nconfig = "c.toml"\nenv = {X = 1}\n')
     with pytest.raises(ValueError, match="env must be a table of strings"):
         bench.load_suite(str(bad))
+
+
+@pytest.mark.parametrize("suite", sorted(p.name for p in (ROOT / "scripts" / "bench_suites").glob("*.toml")))
+def test_every_shipped_suite_loads_and_its_variants_are_valid_configs(suite, monkeypatch):
+    """A suite whose override names a key or value that no longer exists fails here, not on a GPU."""
+    from trainer.config import load_config
+
+    monkeypatch.chdir(ROOT)
+    variants = bench.load_suite(str(ROOT / "scripts" / "bench_suites" / suite))
+    assert variants
+    for v in variants:
+        load_config(["--config", v.config, *v.overrides])

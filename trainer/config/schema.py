@@ -72,6 +72,10 @@ class Parallelism:
     """Context parallel attention: ring (pass K/V around) or allgather (gather K/V, Llama-3 paper)."""
     fsdp_reshard_after_forward: str = "default"
     """default (reshard all but the last unit), always, or never."""
+    fsdp_grad_sync: str = "every_micro_batch"
+    """With gradient accumulation: every_micro_batch (reduce-scatter after each micro-batch) or
+    last_micro_batch (keep unsharded gradients in the reduce dtype until the last micro-batch, then
+    reduce once: fewer collectives and copies, one unsharded gradient copy more memory per rank)."""
     enable_loss_parallel: bool = True
     """With TP, compute the loss on the vocab-sharded logits instead of gathering them."""
 

@@ -1,0 +1,76 @@
+"""parallelism.fsdp_grad_sync = last_micro_batch: with gradient accumulation, FSDP reduces once per
+step instead of once per micro-batch, and training is unchanged.
+
+Two gloo ranks (CPU, fp32, deterministic) train the same tiny Llama three ways on the same global
+batch of 8 sequences: local batch 4 (no accumulation), local batch 1 x 4 micro-batches reducing
+after each, and the same reducing only after the last. All three must agree (losses 1e-5, step-1
+gradients 1e-4 relative), and the last one must issue a quarter of the reduce-scatters.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.distributed.test_context_parallel import spawn_world
+from tests.distributed.test_layouts import BASE, STEPS
+from tests.helpers.compare import assert_matches_single_rank, full_grads
+
+pytestmark = pytest.mark.slow
+
+RUNS = {
+    "no_accum": ["--training.local_batch_size=4"],
+    "accum4_every": ["--training.local_batch_size=1"],
+    "accum4_last": ["--training.local_batch_size=1", "--parallelism.fsdp_grad_sync=last_micro_batch"],
+}
+REDUCE_SCATTERS = ("reduce_scatter_tensor", "reduce_scatter_single")  # whichever this torch's FSDP2 calls
+
+
+def _count_reduce_scatters(counter: list[int]) -> None:
+    for name in REDUCE_SCATTERS:
+        fn = getattr(dist, name, None)
+        if fn is None:
+            continue
+
+        def counting(*args, _fn=fn, **kwargs):
+            counter[0] += 1
+            return _fn(*args, **kwargs)
+
+        setattr(dist, name, counting)
+
+
+def _train(rank: int, world: int, out_file: str, dump: str) -> None:
+    from trainer.config import load_config
+    from trainer.trainer import Trainer
+
+    torch.use_deterministic_algorithms(True)
+    counter = [0]
+    _count_reduce_scatters(counter)
+    results = {}
+    for name, overrides in RUNS.items():
+        trainer = Trainer(load_config([*BASE, "--parallelism.data_parallel_shard_degree=2", *overrides,
+                                       f"--run.dump_folder={dump}", f"--run.name={name}"]))
+        before, losses, grads = counter[0], [], {}
+        for step in range(STEPS):
+            losses.append(trainer.train_step())
+            if step == 0:
+                grads = full_grads(trainer.model)
+        results[name] = {"losses": losses, "grads": grads, "reduce_scatters": counter[0] - before,
+                         "accum": trainer.grad_accum}
+        trainer.close()
+    if rank == 0:
+        torch.save(results, out_file)
+    dist.barrier()
+
+
+def test_reducing_after_the_last_micro_batch_trains_the_same_with_fewer_collectives(tmp_path):
+    out = tmp_path / "results.pt"
+    spawn_world(2, _train, str(out), str(tmp_path))
+    res = torch.load(out)
+    assert [res[n]["accum"] for n in RUNS] == [1, 4, 4]
+    for name in ("accum4_every", "accum4_last"):
+        assert_matches_single_rank(name, res[name], res["no_accum"])
+    every, last = res["accum4_every"]["reduce_scatters"], res["accum4_last"]["reduce_scatters"]
+    assert every > 0, "no reduce-scatter was seen: the counter does not see this torch's FSDP2"
+    assert every == 4 * last == 4 * res["no_accum"]["reduce_scatters"]
