@@ -208,7 +208,8 @@ class StepMeter:
         else:
             active = reserved = 0.0
         retries = self._alloc_retries()
-        new_retries, self._retries_seen = retries - self._retries_seen, retries
+        # max: torch.cuda.reset_accumulated_memory_stats() elsewhere restarts the counter at 0.
+        new_retries, self._retries_seen = max(retries - self._retries_seen, 0), retries
         out = {
             "throughput(tps)": tps,
             "tflops": tflops,

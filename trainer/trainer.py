@@ -27,8 +27,8 @@ from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
 from trainer.models import FAMILIES
 from trainer.optim import build_lr_scheduler, build_optimizer, clip_grads_, grad_norm
 from trainer.parallel import parallelize
-from trainer.parallel.fsdp import grad_sync_last_only
 from trainer.parallel.dims import ParallelDims, env_world_size
+from trainer.parallel.fsdp import grad_sync_last_only
 from trainer.parallel.init import seeded_init_fn
 from trainer.profiling import StepProfiler
 
