@@ -62,8 +62,17 @@ LAYOUTS = {
                                 "--activation_checkpoint.selective_ac_option=op"]),
 }
 
+# 2 micro-batches per step. The auxiliary loss is computed per micro-batch (it is not linear in the
+# expert counts), so these match each other, not the unaccumulated 1-rank run: gradients reduced
+# after every micro-batch vs after the last only (experts' FSDP units included).
+ACCUM = {
+    "ep2_dp_shard4_accum2": (4, [f"{EP}=2", "--training.local_batch_size=1"]),
+    "ep2_dp_shard4_accum2_sync_last": (4, [f"{EP}=2", "--training.local_batch_size=1",
+                                           "--parallelism.fsdp_grad_sync=last_micro_batch"]),
+}
+
 # Exact resume of an EP run (experts' DTensors, their optimizer state, the routers' expert_bias).
-ALL_JOBS = {**LAYOUTS, "ep2_resume": (2, [f"{EP}=2"])}
+ALL_JOBS = {**LAYOUTS, **ACCUM, "ep2_resume": (2, [f"{EP}=2"])}
 
 
 def _check_dispatcher(rank: int, world: int) -> None:
@@ -188,3 +197,8 @@ def test_ep_checkpoint_resume_is_exact(results: LayoutRuns) -> None:
     got = results.get("ep2_resume")
     assert got["resumed_at"] == 2
     assert got["resumed"] == got["straight"], f"resumed {got['resumed']} vs straight {got['straight']}"
+
+
+def test_reducing_once_per_step_matches_reducing_every_micro_batch(results: LayoutRuns) -> None:
+    every, last = (results.get(n) for n in ACCUM)
+    assert_matches_single_rank("ep2_dp_shard4_accum2_sync_last", last, every)

@@ -47,9 +47,10 @@ class LayoutRuns:
             jobs = []
             for n in names:
                 overrides = [] if n == "single" else self.layouts[n][1]
-                argv = self.base + overrides + [
-                    f"--training.local_batch_size={local_batch(world, overrides)}",
-                    f"--run.dump_folder={self.tmp}", f"--run.name={n}"]
+                # A layout that sets its own local batch accumulates gradients up to the global one.
+                own = any(o.startswith("--training.local_batch_size=") for o in overrides)
+                batch = [] if own else [f"--training.local_batch_size={local_batch(world, overrides)}"]
+                argv = self.base + overrides + batch + [f"--run.dump_folder={self.tmp}", f"--run.name={n}"]
                 jobs.append((n, argv, str(self.tmp / f"{n}.pt")))
             try:
                 self.spawn(world, self.worker, jobs)
