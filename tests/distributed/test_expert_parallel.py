@@ -106,7 +106,16 @@ def _check_dispatcher(rank: int, world: int) -> None:
         full.zero_grad()
         sharded.zero_grad()
         ref = LocalDispatcher()(x_ref, counts, full)
-        got = ep_dispatch(x_ep, counts, sharded)
+        if s == 0:
+            got = ep_dispatch(x_ep, counts, sharded)  # not prepared: exchanges the counts itself
+        else:
+            # Prepared, as MoE.forward does; a prepare for other counts before it must not be used.
+            ep_dispatch.prepare(counts.flip(0).clone())
+            ep_dispatch.prepare(counts)
+            got = ep_dispatch(x_ep, counts, sharded)
+            assert ep_dispatch._pending is None
+            ep_dispatch.prepare(torch.zeros_like(counts))
+            got = ep_dispatch(x_ep, counts, sharded)  # stale plan for other counts: exchanged again
         ref.backward(dy)
         got.backward(dy)
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
@@ -202,3 +211,41 @@ def test_ep_checkpoint_resume_is_exact(results: LayoutRuns) -> None:
 def test_reducing_once_per_step_matches_reducing_every_micro_batch(results: LayoutRuns) -> None:
     every, last = (results.get(n) for n in ACCUM)
     assert_matches_single_rank("ep2_dp_shard4_accum2_sync_last", last, every)
+
+
+def _count_exchanges(rank: int, world: int, out_file: str, dump: str) -> None:
+    from trainer.config import load_config
+    from trainer.parallel import expert
+    from trainer.trainer import Trainer
+
+    calls = [0]
+    exchange = expert.AllToAllDispatcher._exchange
+
+    def counting(self, counts):
+        calls[0] += 1
+        return exchange(self, counts)
+
+    expert.AllToAllDispatcher._exchange = counting
+    trainer = Trainer(load_config([*BASE, f"{EP}=2", "--training.local_batch_size=4", "--compile.enable",
+                                   "--activation_checkpoint.mode=full", f"--run.dump_folder={dump}",
+                                   "--run.name=exchanges"]))
+    per_step = []
+    for _ in range(2):
+        before = calls[0]
+        trainer.train_step()
+        per_step.append(calls[0] - before)
+    layers = len(trainer.model.moe_layers())
+    trainer.close()
+    if rank == 0:
+        torch.save({"per_step": per_step, "layers": layers}, out_file)
+    dist.barrier()
+
+
+def test_counts_are_exchanged_once_per_moe_layer_forward_when_compiled(tmp_path) -> None:
+    """MoE.forward prepares the dispatch (count exchange) before the shared experts and dispatches
+    after them; under torch.compile, with full AC recomputing every forward, the prepared exchange
+    must be the one used: one per MoE layer per forward pass, not a second one in the dispatch."""
+    out = tmp_path / "exchanges.pt"
+    spawn_world(2, _count_exchanges, str(out), str(tmp_path))
+    got = torch.load(out)
+    assert got["per_step"] == [2 * got["layers"]] * 2  # forward + the recompute in backward

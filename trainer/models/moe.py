@@ -244,6 +244,9 @@ class LocalDispatcher(nn.Module):
     """Parameter-free: hands the expert-sorted rows to the experts; expert parallelism replaces it
     with an all-to-all dispatcher (trainer/parallel/expert.py)."""
 
+    def prepare(self, counts: torch.Tensor) -> None:
+        """Called with the counts before forward(rows, counts, ...): nothing to start locally."""
+
     def forward(self, x: torch.Tensor, counts: torch.Tensor, experts: nn.Module) -> torch.Tensor:
         """x (n, D) grouped by expert, counts (E,) -> experts' output (n, D), same row order."""
         return experts(x, counts)
@@ -305,13 +308,18 @@ class MoE(nn.Module):
             aux = self._aux_loss(scores, counts)
             # Any tensor on the path to the loss carries it; top_w (T, K) is the smallest.
             top_w = AuxLossGrad.apply(top_w, aux, self.aux_loss_coef / self.aux_loss_microbatches)
+        # The shared experts go between prepare and dispatch: under expert parallelism the counts
+        # are exchanged in prepare, and the host then waits for the split sizes with the shared
+        # experts' kernels still queued, so the GPU does not run dry at every MoE layer.
+        self.dispatcher.prepare(counts)
+        shared = self.shared_experts(x) if self.shared_experts is not None else None
         y = gather_rows(self.dispatcher(rows, counts, self.experts), dest, order).view(b, s, k, d)
         # Shaped (B, S, ...) so the output is a new tensor, not a view (FSDP warns about views).
         out = (y * top_w.view(b, s, k, 1).to(y.dtype)).sum(2)
         if self.training:
             self._record(counts, aux)
-        if self.shared_experts is not None:
-            out = out + self.shared_experts(x)
+        if shared is not None:
+            out = out + shared
         return out
 
     def _aux_loss(self, scores: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,8 @@ Weights. Expert parameters (E, ., .) become DTensors Shard(0) on "ep"; FSDP then
 Dispatch and combine (`AllToAllDispatcher`, replacing the MoE's LocalDispatcher). Rows arrive
 sorted by global expert e (rank e // (E/ep) owns e), so:
   1. counts (E,) are exchanged with one all_to_all_single: recv[r, j] = rows rank r sends to my
-     local expert j; the split sizes go to the host (one sync per layer and direction);
+     local expert j; the split sizes go to the host (one wait per layer and direction, on an event
+     recorded before the shared experts' kernels, which keep the GPU busy meanwhile);
   2. rows are exchanged with an autograd-aware all_to_all_single (its backward is the reverse
      all-to-all), arriving ordered (source rank, local expert);
   3. a stable local sort groups them by local expert for the grouped GEMM, then is undone;
@@ -92,24 +93,59 @@ class LocalShard(nn.Module):
         return w.to_local() if isinstance(w, DTensor) else w
 
 
+@dataclass
+class _Exchanged:
+    counts: torch.Tensor  # held, so no other tensor can take its memory while this is pending
+    recv: torch.Tensor  # (ep, E / ep): recv[r, j] = rows from rank r for local expert j
+    splits: torch.Tensor  # (2, ep) [rows sent to, rows received from] each rank; on the host on CUDA
+    ready: torch.cuda.Event | None  # recorded after the copy of `splits` to the host
+
+
 class AllToAllDispatcher(nn.Module):
-    """Replaces MoE.dispatcher: sends expert-sorted rows to the experts' owners and back."""
+    """Replaces MoE.dispatcher: sends expert-sorted rows to the experts' owners and back.
+
+    prepare(counts) exchanges the counts and starts copying the split sizes to pinned host memory;
+    forward() waits for that copy only (a CUDA event), not for the work the caller queued in between.
+    Both run eagerly under torch.compile (host-side split sizes)."""
 
     def __init__(self, group: dist.ProcessGroup, n_experts: int) -> None:
         super().__init__()
         self.group = group
         self.ep = dist.get_world_size(group)
         self.n_experts = n_experts
+        self._pending: _Exchanged | None = None
 
-    # Split sizes are read on the host: this runs eagerly under torch.compile.
+    def _exchange(self, counts: torch.Tensor) -> _Exchanged:
+        ep, e_loc = self.ep, self.n_experts // self.ep
+        recv = torch.empty_like(counts)
+        dist.all_to_all_single(recv, counts.contiguous(), group=self.group)
+        recv = recv.view(ep, e_loc)
+        splits = torch.stack([counts.view(ep, e_loc).sum(1), recv.sum(1)])
+        ready = None
+        if splits.is_cuda:
+            host = torch.empty(splits.shape, dtype=splits.dtype, pin_memory=True)
+            host.copy_(splits, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+            splits = host
+        return _Exchanged(counts, recv, splits, ready)
+
+    @torch._dynamo.disable
+    def prepare(self, counts: torch.Tensor) -> None:
+        self._pending = self._exchange(counts)
+
     @torch._dynamo.disable
     def forward(self, x: torch.Tensor, counts: torch.Tensor, experts: nn.Module) -> torch.Tensor:
         """x (n, D) sorted by global expert, counts (E,) int64 -> expert outputs (n, D), same order."""
         ep, e_loc = self.ep, self.n_experts // self.ep
-        recv = torch.empty_like(counts)
-        dist.all_to_all_single(recv, counts.contiguous(), group=self.group)
-        recv = recv.view(ep, e_loc)  # recv[r, j]: rows from rank r for local expert j
-        in_splits, out_splits = torch.stack([counts.view(ep, e_loc).sum(1), recv.sum(1)]).tolist()
+        ex, self._pending = self._pending, None
+        if ex is None or ex.counts.data_ptr() != counts.data_ptr() or ex.counts.shape != counts.shape:
+            # Not prepared for these counts; the same on every rank (it depends on the code path only).
+            ex = self._exchange(counts)
+        if ex.ready is not None:
+            ex.ready.synchronize()
+        in_splits, out_splits = ex.splits.tolist()
+        recv = ex.recv
         m = sum(out_splits)
         rows = all_to_all(x, out_splits, in_splits, self.group)  # ordered (source rank, local expert)
         local_ids = torch.repeat_interleave(
