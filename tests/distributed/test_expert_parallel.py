@@ -54,6 +54,9 @@ LAYOUTS = {
     "ep2_tp2": (2, [f"{EP}=2", f"{TP}=2"]),  # EP over the TP ranks
     "ep2_cp2": (2, [f"{EP}=2", f"{CP}=2"]),  # EP over the CP ranks
     "ep2_ac_full": (2, [f"{EP}=2", "--activation_checkpoint.mode=full"]),
+    # One owner per expert (ep = all ranks): the experts are outside FSDP; per-op selective AC works.
+    "ep2_ac_op": (2, [f"{EP}=2", "--activation_checkpoint.mode=selective",
+                      "--activation_checkpoint.selective_ac_option=op"]),
     "ep4": (4, [f"{EP}=4"]),
     "ep2_dp_shard4": (4, [f"{EP}=2"]),  # ep 2 x dp_mod_ep 2: experts FSDP-sharded too
     "ep2_tp2_dp_shard2": (4, [f"{EP}=2", f"{TP}=2"]),

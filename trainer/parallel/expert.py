@@ -87,10 +87,17 @@ def all_to_all(x: torch.Tensor, out_splits: list[int], in_splits: list[int], gro
 
 class LocalShard(nn.Module):
     """Replaces GroupedExperts.weight_view: the GEMMs use this rank's (E/ep, ., .) experts. The
-    gradient comes back as a Shard(0) DTensor: each expert's gradient lives on its owner only."""
+    gradient comes back as a Shard(0) DTensor: each expert's gradient lives on its owner only.
+    compute_dtype: set when no FSDP unit casts the experts (one owner per expert, see
+    trainer/parallel/moe.py); the cast's backward returns the gradient in the parameter's dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compute_dtype: torch.dtype | None = None
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        return w.to_local() if isinstance(w, DTensor) else w
+        w = w.to_local() if isinstance(w, DTensor) else w
+        return w if self.compute_dtype is None else w.to(self.compute_dtype)
 
 
 @dataclass

@@ -66,8 +66,10 @@ def apply_fsdp(
     training,
     reshard_after_forward: str = "default",
     device_type: str = "cpu",
+    ignored_params: set | None = None,
 ) -> nn.Module:
-    """Wrap the llama-shaped `model` (tok_embeddings, layers, norm, output) in FSDP2 units."""
+    """Wrap the llama-shaped `model` (tok_embeddings, layers, norm, output) in FSDP2 units.
+    `ignored_params` (MoE experts with one owner each) stay outside every unit."""
     if reshard_after_forward not in _RESHARD_POLICIES:
         raise ValueError(
             f"parallelism.fsdp_reshard_after_forward = {reshard_after_forward!r}: valid values are "
@@ -81,7 +83,8 @@ def apply_fsdp(
     last = reshard_after_forward == "always"
 
     def shard(module, reshard: bool) -> None:
-        fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard,
+                    ignored_params=ignored_params or None)
 
     if getattr(model, "tok_embeddings", None) is not None:
         shard(model.tok_embeddings, inner)

@@ -8,7 +8,8 @@ It reuses the llama helpers (TP plan, CP, AC, compile, FSDP) and adds, for the M
   tokens, and the MoE's parameters are data parallel over tp as well (FSDP over "moe_dp" below).
 - EP (trainer/parallel/expert.py): experts Shard(0) over "ep", all-to-all dispatch and combine.
 - FSDP units, innermost first: experts over "dp_mod_ep" (when ep > 1; Shard(1), since dim 0 is the
-  ep split), the rest of the MoE (router, shared experts) over "moe_dp" = dp_shard x cp x tp (when
+  ep split; when dp_mod_ep and dp_replicate are 1, each expert has one owner and stays outside FSDP,
+  see apply_fsdp_moe_units), the rest of the MoE (router, shared experts) over "moe_dp" = dp_shard x cp x tp (when
   tp > 1; otherwise it stays in its block's unit over dp_shard_cp), then the llama units. With
   dp_replicate > 1 each of these meshes gains the "dp_replicate" axis (HSDP).
 - Global statistics: each MoE's `reduce_counts` becomes a sum over all ranks (every token is routed
@@ -67,25 +68,39 @@ def _dp_mesh(mesh, dims: ParallelDims, axis: str):
     return mesh[("dp_replicate", axis)] if dims.hsdp_enabled else mesh[axis]
 
 
+def sole_expert_owner(dims: ParallelDims) -> bool:
+    """True when every expert lives on exactly one rank (ep = all ranks that route tokens, no
+    replicas), e.g. EP 8 on one 8-GPU node: no data parallelism is left for the experts."""
+    return dims.ep_enabled and dims.dp_replicate * dims.dp_shard * dims.cp * dims.tp == dims.ep
+
+
 def apply_fsdp_moe_units(model: nn.Module, dims: ParallelDims, meshes, training,
-                         reshard_after_forward: str, device_type: str) -> int:
-    """The MoE-specific FSDP units (see the module docstring); returns how many were made."""
+                         reshard_after_forward: str, device_type: str) -> tuple[int, set]:
+    """The MoE-specific FSDP units (see the module docstring). Returns how many were made and the
+    expert parameters FSDP must leave alone: with a sole owner per expert an FSDP unit over one rank
+    would only cast the weights, and (PyTorch 2.11-2.13) such a unit misbehaves when per-op
+    selective AC recomputes its region, so the experts are plain Shard(0) DTensors that LocalShard
+    casts to the compute dtype, and their gradients need no reduction."""
     mp = mixed_precision_policy(training, device_type)
     reshard = reshard_after_forward != "never"
-    units = []
+    units, ignored = [], set()
+    sole = sole_expert_owner(dims)
     for _, moe in model.moe_layers():
-        if dims.ep_enabled:
+        if sole:
+            moe.experts.weight_view.compute_dtype = mp.param_dtype
+            ignored |= set(moe.experts.parameters())
+        elif dims.ep_enabled:
             fully_shard(moe.experts, mesh=_dp_mesh(meshes.experts, dims, "dp_mod_ep"), mp_policy=mp,
                         reshard_after_forward=reshard, shard_placement_fn=lambda p: Shard(1))
             units.append(moe.experts)
         if dims.tp_enabled:
             fully_shard(moe, mesh=_dp_mesh(meshes.dp, dims, "moe_dp"), mp_policy=mp,
-                        reshard_after_forward=reshard)
+                        reshard_after_forward=reshard, ignored_params=ignored or None)
             units.append(moe)
     for unit in units:
         unit.set_gradient_divide_factor(1.0)  # the loss is already a share of the global mean
         unit.set_force_sum_reduction_for_comms(True)
-    return len(units)
+    return len(units), ignored
 
 
 def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Module:
@@ -98,15 +113,6 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
             f"parallelism.expert_parallel_degree = {dims.ep} must divide model n_experts = {n_experts}"
         )
     ac = job_config.activation_checkpoint
-    n_owners = dims.dp_replicate * dims.dp_shard * dims.cp * dims.tp // dims.ep
-    if dims.ep_enabled and n_owners == 1 and ac.mode == "selective" and str(ac.selective_ac_option) == "op":
-        raise ValueError(
-            "activation_checkpoint.mode = 'selective' with selective_ac_option = 'op' does not work "
-            f"yet when every expert has a single owner (expert_parallel_degree = {dims.ep} = all "
-            "ranks): the experts' size-1 FSDP unit runs differently when the per-op checkpoint "
-            "region is recomputed (a PyTorch FSDP2 limitation). Use mode = 'full', a numeric "
-            "selective_ac_option, or more ranks than expert_parallel_degree."
-        )
     meshes = None
     if dims.tp_enabled or dims.ep_enabled:
         from trainer.parallel.expert import build_moe_meshes
@@ -146,15 +152,19 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
 
         apply_compile(model)
 
+    ignored: set = set()
     if meshes is not None:
-        units = apply_fsdp_moe_units(model, dims, meshes, t, par.fsdp_reshard_after_forward, dev)
-        logger.info("Applied FSDP2 to %d MoE units (experts over dp_mod_ep=%d, MoE over moe_dp=%d%s)",
-                    units, meshes.experts["dp_mod_ep"].size(), meshes.dp["moe_dp"].size(),
+        units, ignored = apply_fsdp_moe_units(model, dims, meshes, t, par.fsdp_reshard_after_forward, dev)
+        experts = ("experts: one owner each, no FSDP" if ignored else
+                   f"experts over dp_mod_ep={meshes.experts['dp_mod_ep'].size()}")
+        logger.info("Applied FSDP2 to %d MoE units (%s, MoE over moe_dp=%d%s)",
+                    units, experts, meshes.dp["moe_dp"].size(),
                     f" x dp_replicate={dims.dp_replicate}" if dims.hsdp_enabled else "")
     from trainer.parallel.fsdp import apply_fsdp, fsdp_needed
 
     if fsdp_needed(dims, t, dev):
-        apply_fsdp(model, dims, t, reshard_after_forward=par.fsdp_reshard_after_forward, device_type=dev)
+        apply_fsdp(model, dims, t, reshard_after_forward=par.fsdp_reshard_after_forward, device_type=dev,
+                   ignored_params=ignored)
     elif dims.world_size > 1 and meshes is None:
         logger.info("No data parallelism to apply (dp_replicate = dp_shard = cp = 1)")
     return model
