@@ -9,9 +9,9 @@ It reuses the llama helpers (TP plan, CP, AC, compile, FSDP) and adds, for the M
 - EP (trainer/parallel/expert.py): experts Shard(0) over "ep", all-to-all dispatch and combine.
 - FSDP units, innermost first: experts over "dp_mod_ep" (when ep > 1; Shard(1), since dim 0 is the
   ep split; when dp_mod_ep and dp_replicate are 1, each expert has one owner and stays outside FSDP,
-  see apply_fsdp_moe_units), the rest of the MoE (router, shared experts) over "moe_dp" = dp_shard x cp x tp (when
-  tp > 1; otherwise it stays in its block's unit over dp_shard_cp), then the llama units. With
-  dp_replicate > 1 each of these meshes gains the "dp_replicate" axis (HSDP).
+  see apply_fsdp_moe_units), the rest of the MoE (router, shared experts) over "moe_dp" =
+  dp_shard x cp x tp (when tp > 1; otherwise it stays in its block's unit over dp_shard_cp), then the
+  llama units. With dp_replicate > 1 each of these meshes gains the "dp_replicate" axis (HSDP).
 - Global statistics: each MoE's `reduce_counts` becomes a sum over all ranks (every token is routed
   on exactly one rank), used by the aux loss in forward and by `model.post_optimizer_step()`; and
   `aux_loss_microbatches` is set to the gradient-accumulation count.
