@@ -1,6 +1,6 @@
 """Training throughput benchmark: run configs for fixed warm-up + measured steps, print a table.
 
-    python scripts/bench_train.py --suite scripts/bench_suites/h200_x2.toml --out docs/perf/run.md
+    python scripts/bench_train.py --suite scripts/bench_suites/h200_x2_fsdp.toml --out docs/perf/run.md
     python scripts/bench_train.py --config configs/debug.toml --ngpu 2 --warmup 2 --steps 4
     python scripts/bench_train.py --config configs/llama3_8b.toml --ngpu 2 --profile --out docs/perf/x.md
 
@@ -55,6 +55,7 @@ class Result:
     mfu: float | None = None
     mem_active: float = 0.0
     mem_reserved: float = 0.0
+    alloc_retries: int = 0  # CUDA allocator retries over the measured steps (memory at its limit)
     final_loss: float = float("nan")
     error: str = ""
     world: int = 0  # processes the variant ran on
@@ -143,6 +144,7 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
         sum(r["mfu(%)"] * r["time_metrics/end_to_end(s)"] for r in steady) / wall)
     res.mem_active = max(r["memory/max_active(GiB)"] for r in steady)
     res.mem_reserved = max(r["memory/max_reserved(GiB)"] for r in steady)
+    res.alloc_retries = sum(int(r.get("memory/num_alloc_retries", 0)) for r in steady)
     res.final_loss = steady[-1]["loss_metrics/global_avg_loss"]
     res.resolved = read_toml(workdir / run_name / "config.toml")
     print(f"  {v.name}: {res.tps:,.0f} tokens/s/GPU in {time.time() - t0:.0f} s", flush=True)
@@ -205,12 +207,12 @@ def table(results: list[Result]) -> str:
 
     cuda = torch.cuda.is_available()
     head = ("| variant | model | layout | precision | compile | AC | local batch | seq | tokens/s/GPU "
-            "| TFLOP/s | MFU | max active / reserved GiB |")
-    lines = [head, "|" + "---|" * 12]
+            "| TFLOP/s | MFU | max active / reserved GiB | alloc retries |")
+    lines = [head, "|" + "---|" * 13]
     for res in results:
         r = res.resolved
         if not res.ok:
-            lines.append(f"| {res.variant.name} | failed: {res.error} |" + " |" * 10)
+            lines.append(f"| {res.variant.name} | failed: {res.error} |" + " |" * 11)
             continue
         m, t = r["model"], r["training"]
         # On CPU the trainer computes in float32 whatever mixed_precision_param says.
@@ -226,7 +228,7 @@ def table(results: list[Result]) -> str:
             f"| {res.variant.name} | {model} | {_layout(r, res.world)} | {prec}, attn {m['attention']} | "
             f"{'on' if r['compile']['enable'] else 'off'} | {ac} | {_batch(r, res.world)} | "
             f"{t['seq_len']} | {res.tps:,.0f} | {res.tflops:.0f} | {mfu} | "
-            f"{res.mem_active:.1f} / {res.mem_reserved:.1f} |")
+            f"{res.mem_active:.1f} / {res.mem_reserved:.1f} | {res.alloc_retries} |")
     return "\n".join(lines)
 
 
