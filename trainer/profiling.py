@@ -162,11 +162,14 @@ def _self_intervals(ops: list[dict]) -> list[list[Interval]]:
     return out
 
 
-def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tuple[list[Kernel], str]:
-    """The device work of a trace and where it came from ("cuda" or "cpu").
+def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tuple[list[Kernel], str, list[Kernel]]:
+    """The device work of a trace, where it came from ("cuda" or "cpu"), and the work left out.
 
     CUDA: kernels, memcpys and memsets from CUPTI. A kernel whose launch (the CUDA runtime/driver
-    call with the same correlation id) lies inside the "optimizer" region counts as optimizer.
+    call with the same correlation id) lies inside the "optimizer" region counts as optimizer. Work
+    whose launch is not in the trace was queued before the traced window opened (the GPU runs
+    behind the CPU, often by most of a step): it belongs to an earlier step and is left out, else
+    the traced steps would be charged with, e.g., the previous step's optimizer as elementwise work.
     CPU-only traces have no kernels: the CPU operators' self times (time not spent in an operator
     nested inside) stand in for kernels, so the same breakdown still adds up without a GPU.
     """
@@ -175,9 +178,13 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tupl
         launch = {e["args"]["correlation"]: e["ts"]
                   for e in _complete(events, ("cuda_runtime", "cuda_driver"))
                   if "correlation" in e.get("args", {})}
-        out = []
+        out, earlier = [], []
         for e in gpu:
             args = e.get("args", {})
+            if "correlation" in args and args["correlation"] not in launch:
+                earlier.append(Kernel(e["name"], [(e["ts"], e["ts"] + e["dur"])],
+                                      f"cuda:{args.get('device', e.get('pid'))}", "earlier"))
+                continue
             if e["cat"] != "kernel":
                 cat = "memcpy/memset"
             else:
@@ -187,7 +194,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tupl
                     cat = "optimizer"
             out.append(Kernel(e["name"], [(e["ts"], e["ts"] + e["dur"])],
                               f"cuda:{args.get('device', e.get('pid'))}", cat))
-        return out, "cuda"
+        return out, "cuda", earlier
     by_thread: dict[Any, list[dict]] = defaultdict(list)
     for e in _complete(events, ("cpu_op",)):
         by_thread[(e.get("pid"), e.get("tid"))].append(e)
@@ -198,7 +205,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tupl
             if cat != "comm" and _inside(e["ts"], optimizer_regions):
                 cat = "optimizer"
             out.append(Kernel(e["name"], pieces, "cpu", cat))
-    return out, "cpu"
+    return out, "cpu", []
 
 
 # ---- the summary -----------------------------------------------------------------------------
@@ -288,12 +295,16 @@ def summarize_trace(trace: dict, title: str = "profile", top: int = 20) -> str:
     n = len(steps)
     step_us = sum(e - s for s, e in steps) / n
     region_us = {r: sum(e - s for s, e in regions[r]) / n for r in REGIONS}
-    kernels, source = trace_kernels(events, regions["optimizer"])
+    kernels, source, earlier = trace_kernels(events, regions["optimizer"])
 
     origin = "CUDA kernels (CUPTI)." if source == "cuda" else \
         "CPU operators' self time (no CUDA in this trace; it stands in for kernels)."
     lines = [f"# {title}", "", f"Average step time: {_ms(step_us)} ms over {n} traced step(s).",
-             f"Device work from {origin}", "", "## CPU regions (wall time per step)", "",
+             f"Device work from {origin}"]
+    if earlier:
+        lines.append(f"Left out: {len(earlier)} kernels/copies ({_ms(sum(k.duration for k in earlier))} ms) "
+                     "launched before the traced window (queued work of an earlier step).")
+    lines += ["", "## CPU regions (wall time per step)", "",
              "| region | ms/step | % of step |", "|---|---|---|"]
     for r in REGIONS:
         label = "data loading" if r == "data" else r

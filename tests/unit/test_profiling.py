@@ -149,6 +149,23 @@ def test_summary_of_a_gpu_trace_splits_the_step():
     assert top.index("sm90_xmma_gemm_bf16bf16") < top.index("flash_fwd_kernel")
 
 
+def test_work_queued_before_the_window_is_left_out():
+    """The GPU runs behind the CPU: when the window opens it still executes the previous step's
+    optimizer, whose launches are not in the trace. That work is not charged to the traced steps."""
+    trace = _gpu_trace()
+    before = summarize_trace(trace, "synthetic")
+    # The previous step's fused AdamW and a GEMM, running during step 0; launched before the window.
+    trace["traceEvents"] += [_x("kernel", "multi_tensor_apply_kernel<FusedAdamMathFunctor>", 0, 40,
+                                device=0, stream=7, correlation=5000),
+                             _x("kernel", "sm90_xmma_gemm_bf16bf16", 40, 20, device=0, stream=7,
+                                correlation=5001)]
+    after = summarize_trace(trace, "synthetic")
+    assert "Left out: 2 kernels/copies (0.06 ms) launched before the traced window" in after
+    for label in ("compute: GEMM", "compute: elementwise", "optimizer (kernels", "device busy"):
+        assert _row(after, label) == _row(before, label)
+    assert "FusedAdamMathFunctor" not in after.split("## Top")[1]
+
+
 def test_summary_rejects_a_trace_without_steps():
     with pytest.raises(ValueError, match="ProfilerStep"):
         summarize_trace({"traceEvents": [_x("kernel", "k", 0, 1)]}, "t.json")
