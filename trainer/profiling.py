@@ -162,8 +162,10 @@ def _self_intervals(ops: list[dict]) -> list[list[Interval]]:
     return out
 
 
-def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tuple[list[Kernel], str, list[Kernel]]:
-    """The device work of a trace, where it came from ("cuda" or "cpu"), and the work left out.
+def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
+                  ) -> tuple[list[Kernel], str, list[Kernel], int]:
+    """The device work of a trace, where it came from ("cuda" or "cpu"), the work left out, and how
+    many kernel launches of the window never ran inside it (cut off when the trace stopped).
 
     CUDA: kernels, memcpys and memsets from CUPTI. A kernel whose launch (the CUDA runtime/driver
     call with the same correlation id) lies inside the "optimizer" region counts as optimizer. Work
@@ -179,6 +181,9 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tupl
                   for e in _complete(events, ("cuda_runtime", "cuda_driver"))
                   if "correlation" in e.get("args", {})}
         out, earlier = [], []
+        seen = {e.get("args", {}).get("correlation") for e in gpu}
+        cut = sum(1 for e in _complete(events, ("cuda_runtime", "cuda_driver"))
+                  if "Launch" in e["name"] and e.get("args", {}).get("correlation") not in seen)
         for e in gpu:
             args = e.get("args", {})
             if "correlation" in args and args["correlation"] not in launch:
@@ -194,7 +199,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tupl
                     cat = "optimizer"
             out.append(Kernel(e["name"], [(e["ts"], e["ts"] + e["dur"])],
                               f"cuda:{args.get('device', e.get('pid'))}", cat))
-        return out, "cuda", earlier
+        return out, "cuda", earlier, cut
     by_thread: dict[Any, list[dict]] = defaultdict(list)
     for e in _complete(events, ("cpu_op",)):
         by_thread[(e.get("pid"), e.get("tid"))].append(e)
@@ -205,7 +210,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]) -> tupl
             if cat != "comm" and _inside(e["ts"], optimizer_regions):
                 cat = "optimizer"
             out.append(Kernel(e["name"], pieces, "cpu", cat))
-    return out, "cpu", []
+    return out, "cpu", [], 0
 
 
 # ---- the summary -----------------------------------------------------------------------------
@@ -295,7 +300,7 @@ def summarize_trace(trace: dict, title: str = "profile", top: int = 20) -> str:
     n = len(steps)
     step_us = sum(e - s for s, e in steps) / n
     region_us = {r: sum(e - s for s, e in regions[r]) / n for r in REGIONS}
-    kernels, source, earlier = trace_kernels(events, regions["optimizer"])
+    kernels, source, earlier, cut = trace_kernels(events, regions["optimizer"])
 
     origin = "CUDA kernels (CUPTI)." if source == "cuda" else \
         "CPU operators' self time (no CUDA in this trace; it stands in for kernels)."
@@ -304,6 +309,9 @@ def summarize_trace(trace: dict, title: str = "profile", top: int = 20) -> str:
     if earlier:
         lines.append(f"Left out: {len(earlier)} kernels/copies ({_ms(sum(k.duration for k in earlier))} ms) "
                      "launched before the traced window (queued work of an earlier step).")
+    if cut:
+        lines.append(f"Cut off: {cut} kernel launches of the traced steps ran after the trace stopped "
+                     "(their time is missing here).")
     lines += ["", "## CPU regions (wall time per step)", "",
              "| region | ms/step | % of step |", "|---|---|---|"]
     for r in REGIONS:
@@ -410,6 +418,10 @@ class StepProfiler:
         """Train step `step` (1-based) has finished."""
         self._step = step
         if self._prof is not None:
+            if step >= self.last and self.device.type == "cuda":
+                # The GPU runs behind the CPU: let the last traced step's kernels (its optimizer)
+                # finish, or the trace stops before they run and their time is missing.
+                torch.cuda.synchronize(self.device)
             self._prof.step()  # after the last traced step this calls _save_trace
             if step >= self.last:
                 self._prof.stop()

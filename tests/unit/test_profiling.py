@@ -164,6 +164,11 @@ def test_work_queued_before_the_window_is_left_out():
     for label in ("compute: GEMM", "compute: elementwise", "optimizer (kernels", "device busy"):
         assert _row(after, label) == _row(before, label)
     assert "FusedAdamMathFunctor" not in after.split("## Top")[1]
+    assert "Cut off" not in after
+    # A launch whose kernel never ran inside the trace (it stopped first) is reported.
+    trace["traceEvents"].append(_x("cuda_runtime", "cudaLaunchKernel", 1990, 5, correlation=6000))
+    assert "Cut off: 1 kernel launches of the traced steps ran after the trace stopped" in \
+        summarize_trace(trace, "synthetic")
 
 
 def test_summary_rejects_a_trace_without_steps():
