@@ -126,7 +126,11 @@ def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: i
     once per micro-batch. That saves grad_accum - 1 collectives and their copy-in per unit, and
     costs one unsharded gradient copy per rank for the whole step.
     """
-    if cfg.parallelism.fsdp_grad_sync != "last_micro_batch" or grad_accum == 1:
+    if cfg.parallelism.fsdp_grad_sync != "last_micro_batch":
+        return False
+    if grad_accum == 1:
+        logger.info("parallelism.fsdp_grad_sync = last_micro_batch has no effect: one micro-batch per "
+                    "step (set training.global_batch_size above local_batch_size x dp to accumulate)")
         return False
     if not isinstance(model, FSDPModule):
         logger.info("parallelism.fsdp_grad_sync = last_micro_batch has no effect: FSDP is not applied "
