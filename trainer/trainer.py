@@ -43,6 +43,11 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, global_tokens: int) -> torch.Tensor:
+    """Cross-entropy summed over this rank's tokens (fp32), divided by the step's global token count."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum") / global_tokens
+
+
 class Trainer:
     def __init__(self, cfg: JobConfig, dims: ParallelDims | None = None):
         """`dims`: the result of validate_config(cfg, world size) when the caller already ran it."""
@@ -101,6 +106,13 @@ class Trainer:
         self.model = model
         self.n_params = sum(p.numel() for p in model.parameters())  # DTensor: the global size
         self.sync_last_micro_batch = grad_sync_last_only(model, self.dims, cfg, self.grad_accum)
+        self.loss_fn = token_loss_sum
+        if cfg.compile.enable and not self.dims.tp_enabled:
+            # Fused, the cross-entropy never materialises fp32 copies of the (tokens x vocab) logits
+            # (4.2 GB each for Llama-3 8B at seq 8192). Under TP the logits are DTensors: eager.
+            from trainer.parallel.compile import compile_loss
+
+            self.loss_fn = compile_loss(token_loss_sum)
         self.flops_per_token = self.model_args.flops_per_token(t.seq_len)
 
         self.optimizer = build_optimizer(model, cfg.optimizer, self.device.type)
@@ -161,8 +173,7 @@ class Trainer:
                                     doc_ids=batch["doc_ids"])
                 # Sum over this rank's tokens / tokens of the whole step: the FSDP reduction (a sum,
                 # divide factor 1) then yields the exact mean gradient for any layout.
-                loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(),
-                                       reduction="sum") / self.global_tokens
+                loss = self.loss_fn(logits, batch["labels"], self.global_tokens)
                 loss.backward()
             loss_sum += (loss.to_local() if isinstance(loss, DTensor) else loss).detach()
             del logits, loss

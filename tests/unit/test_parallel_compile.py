@@ -40,3 +40,19 @@ def test_compiled_blocks_match_eager():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
     for (name, p), (_, q) in zip(eager.named_parameters(), compiled.named_parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_compiled_loss_matches_eager_values_and_gradients():
+    """The trainer compiles its cross-entropy with the blocks (no fp32 copies of the logits)."""
+    from trainer.parallel.compile import compile_loss
+    from trainer.trainer import token_loss_sum
+
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(2, 16, 300, generator=g, dtype=torch.float64).float().requires_grad_()
+    labels = torch.randint(0, 300, (2, 16), generator=g)
+    want = token_loss_sum(logits, labels, 64)
+    (want_grad,) = torch.autograd.grad(want, logits)
+    got = compile_loss(token_loss_sum)(logits, labels, 64)
+    (got_grad,) = torch.autograd.grad(got, logits)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-8)

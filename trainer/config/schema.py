@@ -91,7 +91,7 @@ class ActivationCheckpoint:
 @dataclass
 class Compile:
     enable: bool = False
-    """torch.compile each transformer block (and the loss)."""
+    """torch.compile each transformer block, and the loss unless TP shards the logits."""
 
 
 @dataclass
