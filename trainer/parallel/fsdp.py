@@ -121,7 +121,7 @@ def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: i
     """True when the trainer should reduce gradients only after the last micro-batch of a step.
 
     With `parallelism.fsdp_grad_sync = "last_micro_batch"` and gradient accumulation, FSDP2 keeps each
-    unit's unsharded gradient (in the reduce dtype, so bf16 compute still accumulates in fp32) from
+    unit's unsharded gradient (in the reduce dtype: fp32 by default, also for bf16 compute) from
     one micro-batch to the next and reduce-scatters (HSDP: and all-reduces) once per step instead of
     once per micro-batch. That saves grad_accum - 1 collectives and their copy-in per unit, and
     costs one unsharded gradient copy per rank for the whole step.
