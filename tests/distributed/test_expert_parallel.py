@@ -60,6 +60,7 @@ LAYOUTS = {
     "ep4": (4, [f"{EP}=4"]),
     "ep2_dp_shard4": (4, [f"{EP}=2"]),  # ep 2 x dp_mod_ep 2: experts FSDP-sharded too
     "ep2_tp2_dp_shard2": (4, [f"{EP}=2", f"{TP}=2"]),
+    "ep4_tp2": (8, [f"{EP}=4", f"{TP}=2"]),  # issue 9's EP 4 x TP 2, on 8 CPU ranks
     "ep2_hsdp": (4, [f"{EP}=2", "--parallelism.data_parallel_replicate_degree=2"]),
     "ep2_dp_shard4_ac_op": (4, [f"{EP}=2", "--activation_checkpoint.mode=selective",
                                 "--activation_checkpoint.selective_ac_option=op"]),
@@ -179,7 +180,7 @@ def _run_resume(argv: list[str]) -> dict:
 
 def _train_all(rank: int, world: int, jobs: list[tuple[str, list[str], str]]) -> None:
     """Check the dispatcher (world > 1), then run every (name, argv, out_file) job in turn."""
-    if world > 1:
+    if 1 < world <= 4:  # the dispatcher scenarios are written for up to 4 ranks
         _check_dispatcher(rank, world)
     torch.use_deterministic_algorithms(True)
     for name, argv, out_file in jobs:
