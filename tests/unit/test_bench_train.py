@@ -122,3 +122,13 @@ def test_every_shipped_suite_loads_and_its_variants_are_valid_configs(suite, mon
     assert variants
     for v in variants:
         load_config(["--config", v.config, *v.overrides])
+
+
+def test_batch_cell_shows_gradient_accumulation():
+    r = {"training": {"local_batch_size": 1, "global_batch_size": 8},
+         "parallelism": {"tensor_parallel_degree": 1, "context_parallel_degree": 1}}
+    assert bench._batch(r, 2) == "1 x 4 accum"  # dp 2
+    r["parallelism"]["tensor_parallel_degree"] = 2
+    assert bench._batch(r, 4) == "1 x 4 accum"  # dp = 4 / tp 2
+    r["training"]["global_batch_size"] = -1
+    assert bench._batch(r, 2) == "1"
