@@ -221,6 +221,8 @@ def table(results: list[Result]) -> str:
         ac = r["activation_checkpoint"]["mode"]
         if ac == "selective":
             ac += f" ({r['activation_checkpoint']['selective_ac_option']})"
+        elif ac == "memory_budget":
+            ac += f" ({r['activation_checkpoint']['memory_budget']:g})"
         layers = m.get("overrides", {}).get("n_layers")
         model = f"{m['name']} {m['flavor']}" + (f" ({layers} layers)" if layers else "")
         mfu = "n/a" if res.mfu is None else f"{res.mfu:.1f}%"

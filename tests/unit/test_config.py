@@ -293,8 +293,9 @@ def test_choice_fields_reject_other_values(tmp_path, key):
     msg = str(exc.value)
     assert msg.startswith(str(f)) and f'{key} = "bogus"' in msg
     assert " | ".join(CHOICES[key]) in msg
-    for value in CHOICES[key]:  # every listed value is accepted
-        cfg = load_config([f"--{key}={value}"])
+    for value in CHOICES[key]:  # every listed value is accepted (with what it needs)
+        needs = ["--compile.enable"] if value == "memory_budget" else []
+        cfg = load_config([f"--{key}={value}", *needs])
         assert getattr(getattr(cfg, section), name) == value
 
 
@@ -353,6 +354,17 @@ def test_async_tp_needs_compile():
     load_config(["--parallelism.enable_async_tensor_parallel", "--compile.enable"])
 
 
+def test_memory_budget_ac_needs_compile_and_a_share():
+    with pytest.raises(ConfigError, match='activation_checkpoint.mode = "memory_budget".*compile.enable'):
+        load_config(["--activation_checkpoint.mode=memory_budget"])
+    with pytest.raises(ConfigError, match="memory_budget = 1.5: must be 0 <= memory_budget <= 1"):
+        load_config(["--activation_checkpoint.mode=memory_budget", "--compile.enable",
+                     "--activation_checkpoint.memory_budget=1.5"])
+    cfg = load_config(["--activation_checkpoint.mode=memory_budget", "--compile.enable",
+                       "--activation_checkpoint.memory_budget=0.3"])
+    assert cfg.activation_checkpoint.memory_budget == 0.3
+
+
 # ---------------------------------------------------------------- round trip
 
 
@@ -387,6 +399,8 @@ def random_config(rng: random.Random) -> JobConfig:
     cfg.checkpoint.load_step = -1
     cfg.training.steps = cfg.lr_scheduler.warmup_steps + rng.randint(1, 100)
     cfg.parallelism.enable_async_tensor_parallel = cfg.compile.enable
+    if cfg.activation_checkpoint.mode == "memory_budget":
+        cfg.compile.enable = True
     return cfg
 
 

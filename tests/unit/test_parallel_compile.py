@@ -56,3 +56,43 @@ def test_compiled_loss_matches_eager_values_and_gradients():
     (got_grad,) = torch.autograd.grad(got, logits)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-5, atol=1e-8)
+
+
+def _saved_bytes_and_grads(budget: float, eager, tokens):
+    """Compile a copy of `eager` with `budget`; bytes kept for backward by one forward, loss, grads."""
+    torch._dynamo.reset()
+    model = copy.deepcopy(eager)
+    apply_compile(model, memory_budget=budget)
+    saved = [0]
+
+    def pack(t):
+        saved[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = _loss(model, tokens)
+    loss.backward()
+    return saved[0], loss, {n: p.grad for n, p in model.named_parameters()}
+
+
+def test_memory_budget_keeps_fewer_activations_and_the_same_gradients():
+    """activation_checkpoint.mode = "memory_budget": the compiler recomputes instead of keeping."""
+    fam = FAMILIES["llama3"]
+    args = fam.make_args("debug", {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                                   "vocab_size": 128})
+    torch.manual_seed(0)
+    eager = fam.model_cls(args)
+    eager.init_weights()
+    tokens = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(1))
+    try:
+        full, loss_full, grads_full = _saved_bytes_and_grads(1.0, eager, tokens)
+        low, loss_low, grads_low = _saved_bytes_and_grads(0.05, eager, tokens)
+    finally:
+        import torch._functorch.config as functorch_config
+
+        functorch_config.activation_memory_budget = 1.0
+        torch._dynamo.reset()
+    assert low < 0.8 * full, (low, full)
+    torch.testing.assert_close(loss_low, loss_full, rtol=1e-6, atol=0)
+    for name, g in grads_full.items():
+        torch.testing.assert_close(grads_low[name], g, rtol=1e-5, atol=1e-7, msg=name)

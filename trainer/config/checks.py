@@ -23,7 +23,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "parallelism.context_parallel_method": ("ring", "allgather"),
     "parallelism.fsdp_reshard_after_forward": ("default", "always", "never"),
     "parallelism.fsdp_grad_sync": ("every_micro_batch", "last_micro_batch"),
-    "activation_checkpoint.mode": ("none", "full", "selective"),
+    "activation_checkpoint.mode": ("none", "full", "selective", "memory_budget"),
     "checkpoint.async_mode": ("disabled", "async"),
     "optimizer.name": ("AdamW",),
     "lr_scheduler.decay_type": ("cosine", "linear", "wsd"),
@@ -46,6 +46,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "activation_checkpoint.selective_ac_option": (
         lambda v: v == "op" or (v.isdigit() and int(v) >= 1),
         "'op' or a positive integer N as a string (checkpoint every N-th block)"),
+    "activation_checkpoint.memory_budget": (lambda v: 0 <= v <= 1, "0 <= memory_budget <= 1"),
     "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),
     "checkpoint.interval": (lambda v: v >= 1, ">= 1"),
     "checkpoint.keep_latest_k": (lambda v: v == 0 or v >= 2,
@@ -97,6 +98,10 @@ def check_values(cfg: JobConfig) -> None:
         raise fail(cfg, "parallelism.enable_async_tensor_parallel",
                    "async TP is done by the compiler; set compile.enable = true as well, "
                    "or turn async TP off")
+    if cfg.activation_checkpoint.mode == "memory_budget" and not cfg.compile.enable:
+        raise fail(cfg, "activation_checkpoint.mode",
+                   "the memory budget is met by the compiler's choice of what to recompute; set "
+                   "compile.enable = true as well, or use mode = full or selective")
     warmup, steps = cfg.lr_scheduler.warmup_steps, cfg.training.steps
     if warmup >= steps:
         _warn_once(

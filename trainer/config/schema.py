@@ -83,9 +83,12 @@ class Parallelism:
 @dataclass
 class ActivationCheckpoint:
     mode: str = "none"
-    """none, full or selective."""
+    """none, full, selective, or memory_budget (the compiler picks what to recompute; needs compile)."""
     selective_ac_option: str = "op"
     """With mode=selective: 'op' (save matmul outputs, recompute the rest) or an integer N (every N-th block)."""
+    memory_budget: float = 0.5
+    """With mode=memory_budget: the share of the no-AC activation memory the compiled blocks may keep
+    (1 = recompute nothing, 0 = recompute all it can); the compiler recomputes the cheapest ops first."""
 
 
 @dataclass

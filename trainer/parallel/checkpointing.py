@@ -8,6 +8,10 @@ Modes (`[activation_checkpoint]`):
                               to recompute), recompute the cheap element-wise rest (norms, SwiGLU,
                               RoPE, residual adds)
   selective, option "N"       full checkpointing of every N-th block (blocks 0, N, 2N, ...)
+  memory_budget               no wrapping: the compiled blocks keep at most `memory_budget` of their
+                              no-AC activation memory, and the compiler's partitioner recomputes
+                              the ops that are cheapest per byte saved (torch._functorch's
+                              activation_memory_budget); needs compile.enable
 
 Blocks are wrapped with `checkpoint_wrapper` (non-reentrant), so wrapped parameter names gain a
 `_checkpoint_wrapped_module.` segment that the model's `canonical_fqn` and DCP's state_dict strip.
@@ -30,7 +34,7 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 
 logger = logging.getLogger("titankit")
 
-MODES = ("none", "full", "selective")
+MODES = ("none", "full", "selective", "memory_budget")
 
 
 def _save_list() -> set:
@@ -97,6 +101,10 @@ def apply_ac(model: nn.Module, ac) -> nn.Module:
     """Wrap the blocks of `model.layers` in place according to the `[activation_checkpoint]` section."""
     mode, every_n = parse_ac(ac)
     if mode == "none":
+        return model
+    if mode == "memory_budget":  # nothing to wrap: apply_compile hands the budget to the compiler
+        logger.info("Activation checkpointing by the compiler: memory budget %.2f of the no-AC "
+                    "activations of each compiled block", ac.memory_budget)
         return model
     wrapped = 0
     for i, (name, block) in enumerate(list(model.layers.items())):

@@ -47,7 +47,7 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
     if job_config.compile.enable:
         from trainer.parallel.compile import apply_compile
 
-        apply_compile(model)
+        apply_compile(model, memory_budget=ac.memory_budget if ac.mode == "memory_budget" else 1.0)
 
     from trainer.parallel.fsdp import apply_fsdp, fsdp_needed
 

@@ -150,7 +150,7 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
     if job_config.compile.enable:
         from trainer.parallel.compile import apply_compile
 
-        apply_compile(model)
+        apply_compile(model, memory_budget=ac.memory_budget if ac.mode == "memory_budget" else 1.0)
 
     ignored: set = set()
     if meshes is not None:
