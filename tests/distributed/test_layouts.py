@@ -79,6 +79,8 @@ LAYOUTS = {
                                     "--activation_checkpoint.mode=selective",
                                     "--activation_checkpoint.selective_ac_option=2",
                                     "--parallelism.fsdp_reshard_after_forward=always"]),
+    # FSDP all-gathers two blocks ahead in forward and two behind in backward.
+    "dp_shard2_prefetch2": (2, ["--parallelism.data_parallel_shard_degree=2", "--parallelism.fsdp_prefetch=2"]),
     # Gradient accumulation (local batch 1 of the global 8) with gradients reduced once per step:
     # HSDP's all-reduce across replicas is skipped with the reduce-scatters until the last micro-batch.
     "dp_rep2_shard2_accum2_sync_last": (4, ["--parallelism.data_parallel_replicate_degree=2",

@@ -46,6 +46,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "activation_checkpoint.selective_ac_option": (
         lambda v: v == "op" or (v.isdigit() and int(v) >= 1),
         "'op' or a positive integer N as a string (checkpoint every N-th block)"),
+    "parallelism.fsdp_prefetch": (lambda v: v >= 1, ">= 1 (1 = FSDP2's default: the next block)"),
     "activation_checkpoint.memory_budget": (lambda v: 0 <= v <= 1, "0 <= memory_budget <= 1"),
     "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),
     "checkpoint.interval": (lambda v: v >= 1, ">= 1"),

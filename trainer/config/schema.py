@@ -72,6 +72,10 @@ class Parallelism:
     """Context parallel attention: ring (pass K/V around) or allgather (gather K/V, Llama-3 paper)."""
     fsdp_reshard_after_forward: str = "default"
     """default (reshard all but the last unit), always, or never."""
+    fsdp_prefetch: int = 1
+    """Blocks whose parameters FSDP all-gathers ahead: 1 = FSDP2's own schedule (the next block);
+    N > 1 = the next N in forward and the previous N in backward (more memory, more overlap when
+    all-gathers are exposed, e.g. across nodes)."""
     fsdp_grad_sync: str = "every_micro_batch"
     """With gradient accumulation: every_micro_batch (reduce-scatter after each micro-batch) or
     last_micro_batch (keep unsharded gradients in the reduce dtype until the last micro-batch, then

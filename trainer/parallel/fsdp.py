@@ -67,6 +67,7 @@ def apply_fsdp(
     reshard_after_forward: str = "default",
     device_type: str = "cpu",
     ignored_params: set | None = None,
+    prefetch: int = 1,
 ) -> nn.Module:
     """Wrap the llama-shaped `model` (tok_embeddings, layers, norm, output) in FSDP2 units.
     `ignored_params` (MoE experts with one owner each) stay outside every unit."""
@@ -95,6 +96,8 @@ def apply_fsdp(
         shard(tail, last)
     shard(model, last)
 
+    if prefetch > 1:
+        set_prefetch(list(model.layers.values()), prefetch)
     units = 0
     for module in model.modules():
         if isinstance(module, FSDPModule):
@@ -115,6 +118,14 @@ def apply_fsdp(
         str(mp.reduce_dtype).removeprefix("torch."), reshard_after_forward,
     )
     return model
+
+
+def set_prefetch(blocks: list[nn.Module], depth: int) -> None:
+    """Explicit prefetch: each block's forward all-gathers the next `depth` blocks, each block's
+    backward the `depth` blocks before it (in the order backward reaches them)."""
+    for i, block in enumerate(blocks):
+        block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + depth])
+        block.set_modules_to_backward_prefetch(blocks[max(i - depth, 0):i][::-1])
 
 
 def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int) -> bool:
