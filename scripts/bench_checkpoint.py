@@ -435,15 +435,11 @@ def _g(x: float) -> str:
 
 
 def _mount_of(path: Path) -> str:
-    """'mount point (fs type, device)' holding path, from /proc/mounts; 'unknown' off Linux."""
-    try:
-        rows = [ln.split()[:3] for ln in Path("/proc/mounts").read_text().splitlines()]
-    except OSError:
-        return "unknown"
-    target = str(path.resolve())
-    best = max((r for r in rows if target == r[1] or target.startswith(r[1].rstrip("/") + "/")),
-               key=lambda r: len(r[1]), default=None)
-    return "unknown" if best is None else f"{best[1]} ({best[2]}, {best[0]})"
+    """'mount point (fs type, device)' holding path; 'unknown' off Linux."""
+    from trainer.checkpoint_memory import mount_of
+
+    mount = mount_of(path)
+    return "unknown" if mount is None else f"{mount[0]} ({mount[1]}, {mount[2]})"
 
 
 def dist_world() -> int:

@@ -36,14 +36,15 @@ def mem_available(meminfo: str | Path = "/proc/meminfo") -> int | None:
     return None
 
 
-def filesystem_type(path: str | Path, mounts: str | Path = "/proc/mounts") -> str | None:
-    """Type of the filesystem holding `path` (the longest mount point above it), or None."""
+def mount_of(path: str | Path, mounts: str | Path = "/proc/mounts") -> tuple[str, str, str] | None:
+    """(mount point, filesystem type, device) holding `path`: the longest mount point above it.
+    None off Linux (no /proc/mounts) or when nothing matches."""
     target = os.path.realpath(path)
     try:
         lines = Path(mounts).read_text().splitlines()
     except OSError:
         return None
-    best, best_type = "", None
+    best = None
     for line in lines:
         fields = line.split()
         if len(fields) < 3:
@@ -51,9 +52,15 @@ def filesystem_type(path: str | Path, mounts: str | Path = "/proc/mounts") -> st
         # /proc/mounts escapes spaces in mount points as \040.
         point = fields[1].replace("\\040", " ")
         inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, best_type = point, fields[2]
-    return best_type
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, fields[2], fields[0])
+    return best
+
+
+def filesystem_type(path: str | Path, mounts: str | Path = "/proc/mounts") -> str | None:
+    """Type of the filesystem holding `path`, or None."""
+    mount = mount_of(path, mounts)
+    return None if mount is None else mount[1]
 
 
 def state_bytes(state: Any) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.checkpoint_memory import async_shortfall, filesystem_type, mem_available, state_bytes
+from trainer.checkpoint_memory import async_shortfall, filesystem_type, mem_available, mount_of, state_bytes
 
 GB = 10**9
 
@@ -28,6 +28,7 @@ def test_filesystem_type_takes_the_longest_mount_point(tmp_path):
     assert filesystem_type("/dev/shmx/run", mounts) == "ext4"  # a prefix of the name is not a mount
     assert filesystem_type("/data/run", mounts) == "xfs"
     assert filesystem_type("/work/run", mounts) == "ext4"
+    assert mount_of("/dev/shm/run", mounts)[:2] == ("/dev/shm", "tmpfs")
 
 
 def test_state_bytes_counts_nested_tensors():
