@@ -334,21 +334,22 @@ def main(argv: list[str] | None = None) -> int:
         trace_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="titankit_bench_"))
     results: list[Result] = []
+    env = environment()  # probed once (nvidia-smi), not at every rewrite of the table
     try:
         for v in variants:
             results.append(run_variant(v, args.warmup, args.steps, workdir, log_dir, args.timeout,
                                        args.profile_steps if args.profile else 0, trace_dir))
             if args.out:  # the rows so far survive a suite that is killed part-way
-                Path(args.out).write_text(report(results, args) + "\n")
+                Path(args.out).write_text(report(results, args, env) + "\n")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    text = report(results, args)
+    text = report(results, args, env)
     print(text)
     return 0 if all(r.ok for r in results) else 1
 
 
-def report(results: list[Result], args: argparse.Namespace) -> str:
-    text = [f"Environment: {environment()}", f"Date: {time.strftime('%Y-%m-%d')}",
+def report(results: list[Result], args: argparse.Namespace, env: str) -> str:
+    text = [f"Environment: {env}", f"Date: {time.strftime('%Y-%m-%d')}",
             f"Steps: {args.warmup} warm-up + {args.steps} measured"
             + (f" + {args.profile_steps} profiled (not measured; <variant>.profile.md)"
                if args.profile else ""),

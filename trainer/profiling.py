@@ -177,12 +177,11 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
     """
     gpu = _complete(events, ("kernel", "gpu_memcpy", "gpu_memset"))
     if gpu:
-        launch = {e["args"]["correlation"]: e["ts"]
-                  for e in _complete(events, ("cuda_runtime", "cuda_driver"))
-                  if "correlation" in e.get("args", {})}
+        runtime = _complete(events, ("cuda_runtime", "cuda_driver"))
+        launch = {e["args"]["correlation"]: e["ts"] for e in runtime if "correlation" in e.get("args", {})}
         out, earlier = [], []
         seen = {e.get("args", {}).get("correlation") for e in gpu}
-        cut = sum(1 for e in _complete(events, ("cuda_runtime", "cuda_driver"))
+        cut = sum(1 for e in runtime
                   if "Launch" in e["name"] and e.get("args", {}).get("correlation") not in seen)
         for e in gpu:
             args = e.get("args", {})

@@ -105,7 +105,7 @@ class Trainer:
         model.train()
         self.model = model
         self.n_params = sum(p.numel() for p in model.parameters())  # DTensor: the global size
-        self.sync_last_micro_batch = grad_sync_last_only(model, self.dims, cfg, self.grad_accum)
+        self.sync_last_micro_batch = grad_sync_last_only(model, self.dims, cfg, self.grad_accum, self.n_params)
         self.loss_fn = token_loss_sum
         if cfg.compile.enable and not self.dims.tp_enabled:
             # Fused, the cross-entropy never materialises fp32 copies of the (tokens x vocab) logits

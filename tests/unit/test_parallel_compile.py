@@ -21,18 +21,27 @@ def _loss(model, tokens):
     return F.cross_entropy(model(tokens).flatten(0, 1), tokens.roll(-1, 1).flatten())
 
 
-def test_compiled_blocks_match_eager():
+def _tiny_model():
     fam = FAMILIES["llama3"]
     args = fam.make_args("debug", {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
                                    "vocab_size": 128})
     torch.manual_seed(0)
-    eager = fam.model_cls(args)
-    eager.init_weights()
+    model = fam.model_cls(args)
+    model.init_weights()
+    return model
+
+
+def _tokens():
+    return torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(1))
+
+
+def test_compiled_blocks_match_eager():
+    eager = _tiny_model()
     compiled = copy.deepcopy(eager)
     apply_compile(compiled)
     assert [n for n, _ in compiled.named_parameters()] == [n for n, _ in eager.named_parameters()]
 
-    tokens = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(1))
+    tokens = _tokens()
     want = _loss(eager, tokens)
     want.backward()
     got = _loss(compiled, tokens)
@@ -77,13 +86,8 @@ def _saved_bytes_and_grads(budget: float, eager, tokens):
 
 def test_memory_budget_keeps_fewer_activations_and_the_same_gradients():
     """activation_checkpoint.mode = "memory_budget": the compiler recomputes instead of keeping."""
-    fam = FAMILIES["llama3"]
-    args = fam.make_args("debug", {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
-                                   "vocab_size": 128})
-    torch.manual_seed(0)
-    eager = fam.model_cls(args)
-    eager.init_weights()
-    tokens = torch.randint(0, 128, (2, 32), generator=torch.Generator().manual_seed(1))
+    eager = _tiny_model()
+    tokens = _tokens()
     try:
         full, loss_full, grads_full = _saved_bytes_and_grads(1.0, eager, tokens)
         low, loss_low, grads_low = _saved_bytes_and_grads(0.05, eager, tokens)

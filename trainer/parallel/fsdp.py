@@ -128,7 +128,7 @@ def set_prefetch(blocks: list[nn.Module], depth: int) -> None:
         block.set_modules_to_backward_prefetch(blocks[max(i - depth, 0):i][::-1])
 
 
-def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int) -> bool:
+def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int, n_params: int) -> bool:
     """True when the trainer should reduce gradients only after the last micro-batch of a step.
 
     With `parallelism.fsdp_grad_sync = "last_micro_batch"` and gradient accumulation, FSDP2 keeps each
@@ -148,8 +148,7 @@ def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: i
                     "(one rank, fp32), there is nothing to reduce")
         return False
     reduce = _dtype("mixed_precision_reduce", cfg.training.mixed_precision_reduce)
-    numel = sum(p.numel() for p in model.parameters()) // max(dims.tp, 1)
-    gib = numel * torch.finfo(reduce).bits / 8 / 1024**3
+    gib = n_params // dims.tp * torch.finfo(reduce).bits / 8 / 1024**3  # TP shards stay sharded
     logger.info(
         "parallelism.fsdp_grad_sync = last_micro_batch: gradients stay unsharded in %s through the %d "
         "micro-batches of a step (up to %.1f GiB per rank) and are reduced once per step",
