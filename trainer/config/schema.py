@@ -80,6 +80,11 @@ class Parallelism:
     """With gradient accumulation: every_micro_batch (reduce-scatter after each micro-batch) or
     last_micro_batch (keep unsharded gradients in the reduce dtype until the last micro-batch, then
     reduce once: fewer collectives and copies, one unsharded gradient copy more memory per rank)."""
+    fsdp_reshard_after_backward: str = "every_micro_batch"
+    """With gradient accumulation: every_micro_batch (free the unsharded parameters after each
+    micro-batch's backward) or last_micro_batch (keep them until the step's last backward: the
+    next micro-batch skips its all-gathers and their copies; with fsdp_reshard_after_forward =
+    never this costs no extra peak memory, otherwise one unsharded copy of the model per rank)."""
     enable_loss_parallel: bool = True
     """With TP, compute the loss on the vocab-sharded logits instead of gathering them."""
 

@@ -154,3 +154,23 @@ def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: i
         "micro-batches of a step (up to %.1f GiB per rank) and are reduced once per step",
         str(reduce).removeprefix("torch."), grad_accum, gib)
     return True
+
+
+def reshard_after_last_backward_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int,
+                                     n_params: int) -> bool:
+    """True when the trainer should keep FSDP's unsharded parameters from one micro-batch to the
+    next and free them only after the step's last backward (`parallelism.fsdp_reshard_after_backward
+    = "last_micro_batch"`). The optimizer must only ever see them resharded: the unsharded copy is
+    an all-gather output that the step does not update, so the last micro-batch always reshards."""
+    if cfg.parallelism.fsdp_reshard_after_backward != "last_micro_batch":
+        return False
+    if grad_accum == 1 or not isinstance(model, FSDPModule):
+        logger.info("parallelism.fsdp_reshard_after_backward = last_micro_batch has no effect: %s",
+                    "one micro-batch per step" if grad_accum == 1 else "FSDP is not applied")
+        return False
+    extra = "no extra peak memory" if cfg.parallelism.fsdp_reshard_after_forward == "never" else (
+        f"up to {n_params // dims.tp * 2 / 1024**3:.1f} GiB more per rank between micro-batches (bf16 parameters; "
+        "fsdp_reshard_after_forward = never makes this free)")
+    logger.info("parallelism.fsdp_reshard_after_backward = last_micro_batch: parameters are all-gathered "
+                "once per step of %d micro-batches, %s", grad_accum, extra)
+    return True
