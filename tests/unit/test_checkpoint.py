@@ -13,7 +13,6 @@ import logging
 import os
 import random
 import signal
-import socket
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,26 +20,18 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.checkpoint import FileSystemWriter
 
 from trainer.checkpoint import CheckpointManager
+from tests.helpers.one_rank import one_rank_group
 from trainer.config.schema import JobConfig
 
 
 @pytest.fixture(scope="module", autouse=True)
 def process_group():
-    if dist.is_initialized():
+    with one_rank_group():
         yield
-        return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 class Stream:

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from tests.helpers.one_rank import one_rank_group
 from trainer.config.schema import LRScheduler
 from trainer.optim import grad_norm, lr_factor, scale_grads_
 
@@ -89,22 +90,12 @@ def test_clip_without_fused_optimizer_scales_the_grads():
 
 def test_clip_folded_into_fused_adamw_on_fsdp_dtensors():
     """FSDP2 parameters are DTensors: the plain 0-dim grad_scale must work with them as on GPU."""
-    import socket
-
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     from trainer.optim import clip_grads_
 
-    owns_group = not dist.is_initialized()
-    if owns_group:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", port, 1, is_master=True),
-                                rank=0, world_size=1)
-    try:
+    with one_rank_group():
         mesh = init_device_mesh("cpu", (1,))
         results = []
         for fold in (True, False):
@@ -122,6 +113,3 @@ def test_clip_folded_into_fused_adamw_on_fsdp_dtensors():
             results.append([p.to_local().clone() for p in params])
         for a, b in zip(*results):
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
-    finally:
-        if owns_group:
-            dist.destroy_process_group()

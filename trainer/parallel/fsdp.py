@@ -148,6 +148,14 @@ def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: i
                     "(one rank, fp32), there is nothing to reduce")
         return False
     reduce = _dtype("mixed_precision_reduce", cfg.training.mixed_precision_reduce)
+    if reduce == torch.bfloat16:
+        # FSDP2 keeps the unsharded gradient between micro-batches in the reduce dtype, so the
+        # micro-batches' gradients are summed in bf16, rounding at every add.
+        logger.warning(
+            "parallelism.fsdp_grad_sync = last_micro_batch with training.mixed_precision_reduce = "
+            "bfloat16: the %d micro-batches' gradients are summed in bf16 (8 significant bits) before "
+            "the reduce. Set training.mixed_precision_reduce = float32 to accumulate in fp32, or use "
+            "fsdp_grad_sync = every_micro_batch (bf16 reduce, fp32 accumulation of the shards).", grad_accum)
     gib = n_params // dims.tp * torch.finfo(reduce).bits / 8 / 1024**3  # TP shards stay sharded
     logger.info(
         "parallelism.fsdp_grad_sync = last_micro_batch: gradients stay unsharded in %s through the %d "

@@ -1,0 +1,26 @@
+"""A world of one gloo rank in the test process, for unit tests of code that needs a process group
+(FSDP2 on one rank, DCP)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import torch.distributed as dist
+
+
+@contextlib.contextmanager
+def one_rank_group():
+    """Initialise a 1-rank gloo group unless one exists (then reuse it); destroy only our own."""
+    if dist.is_initialized():
+        yield
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", port, 1, is_master=True),
+                            rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,65 @@
+"""The gradient-accumulation options of FSDP (parallelism.fsdp_grad_sync, fsdp_reshard_after_backward):
+when they apply, and the warning a user gets when fsdp_grad_sync = last_micro_batch would sum
+gradients in bf16. Training equivalence and collective counts: tests/distributed/test_grad_sync.py."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from tests.helpers.one_rank import one_rank_group
+from trainer.config.schema import JobConfig
+from trainer.parallel.fsdp import grad_sync_last_only, reshard_after_last_backward_only
+
+DIMS = SimpleNamespace(tp=1)
+
+
+@pytest.fixture(scope="module")
+def sharded():
+    with one_rank_group():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        yield model
+
+
+def _cfg(**parallelism) -> JobConfig:
+    cfg = JobConfig()
+    for key, value in parallelism.items():
+        setattr(cfg.parallelism, key, value)
+    return cfg
+
+
+@pytest.mark.parametrize("reduce, warns", [("bfloat16", True), ("float32", False)])
+def test_sync_last_warns_when_gradients_would_accumulate_in_bf16(sharded, caplog, reduce, warns):
+    cfg = _cfg(fsdp_grad_sync="last_micro_batch")
+    cfg.training.mixed_precision_reduce = reduce
+    with caplog.at_level(logging.INFO):
+        assert grad_sync_last_only(sharded, DIMS, cfg, grad_accum=4, n_params=100)
+    warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert bool(warning) == warns
+    if warns:
+        assert "summed in bf16" in warning[0] and "training.mixed_precision_reduce = float32" in warning[0]
+
+
+def test_accumulation_options_apply_only_with_accumulation_and_fsdp(sharded):
+    for decide, key in ((grad_sync_last_only, "fsdp_grad_sync"),
+                        (reshard_after_last_backward_only, "fsdp_reshard_after_backward")):
+        cfg = _cfg(**{key: "last_micro_batch"})
+        assert decide(sharded, DIMS, cfg, 4, 100)
+        assert not decide(sharded, DIMS, cfg, 1, 100), "one micro-batch: nothing to accumulate"
+        assert not decide(torch.nn.Linear(2, 2), DIMS, cfg, 4, 100), "no FSDP: nothing to gather"
+        assert not decide(sharded, DIMS, _cfg(**{key: "every_micro_batch"}), 4, 100)
+
+
+def test_unknown_value_names_the_key_and_the_choices():
+    from trainer.config import load_config
+
+    with pytest.raises(Exception) as err:
+        load_config(["--parallelism.fsdp_reshard_after_backward=sometimes"])
+    assert "parallelism.fsdp_reshard_after_backward" in str(err.value)
+    assert "last_micro_batch" in str(err.value)
