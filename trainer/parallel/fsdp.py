@@ -176,8 +176,10 @@ def reshard_after_last_backward_only(model: nn.Module, dims: ParallelDims, cfg, 
         logger.info("parallelism.fsdp_reshard_after_backward = last_micro_batch has no effect: %s",
                     "one micro-batch per step" if grad_accum == 1 else "FSDP is not applied")
         return False
+    param = _dtype("mixed_precision_param", cfg.training.mixed_precision_param)
+    gib = n_params // dims.tp * torch.finfo(param).bits / 8 / 1024**3
     extra = "no extra peak memory" if cfg.parallelism.fsdp_reshard_after_forward == "never" else (
-        f"up to {n_params // dims.tp * 2 / 1024**3:.1f} GiB more per rank between micro-batches (bf16 parameters; "
+        f"up to {gib:.1f} GiB more per rank between micro-batches (the gathered parameters; "
         "fsdp_reshard_after_forward = never makes this free)")
     logger.info("parallelism.fsdp_reshard_after_backward = last_micro_batch: parameters are all-gathered "
                 "once per step of %d micro-batches, %s", grad_accum, extra)
