@@ -68,11 +68,13 @@ LAYOUTS = {
 
 # 2 micro-batches per step. The auxiliary loss is computed per micro-batch (it is not linear in the
 # expert counts), so these match each other, not the unaccumulated 1-rank run: gradients reduced
-# after every micro-batch vs after the last only (experts' FSDP units included).
+# after every micro-batch vs after the last only, with the parameters kept gathered between the
+# micro-batches (experts' FSDP units included).
 ACCUM = {
     "ep2_dp_shard4_accum2": (4, [f"{EP}=2", "--training.local_batch_size=1"]),
-    "ep2_dp_shard4_accum2_sync_last": (4, [f"{EP}=2", "--training.local_batch_size=1",
-                                           "--parallelism.fsdp_grad_sync=last_micro_batch"]),
+    "ep2_dp_shard4_accum2_sync_last_keep": (4, [f"{EP}=2", "--training.local_batch_size=1",
+                                                "--parallelism.fsdp_grad_sync=last_micro_batch",
+                                                "--parallelism.fsdp_reshard_after_backward=last_micro_batch"]),
 }
 
 # Exact resume of an EP run (experts' DTensors, their optimizer state, the routers' expert_bias).
@@ -214,7 +216,7 @@ def test_ep_checkpoint_resume_is_exact(results: LayoutRuns) -> None:
 
 def test_reducing_once_per_step_matches_reducing_every_micro_batch(results: LayoutRuns) -> None:
     every, last = (results.get(n) for n in ACCUM)
-    assert_matches_single_rank("ep2_dp_shard4_accum2_sync_last", last, every)
+    assert_matches_single_rank("ep2_dp_shard4_accum2_sync_last_keep", last, every)
 
 
 def _count_exchanges(rank: int, world: int, out_file: str, dump: str) -> None:

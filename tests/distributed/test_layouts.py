@@ -82,11 +82,13 @@ LAYOUTS = {
     # FSDP all-gathers two blocks ahead in forward and two behind in backward.
     "dp_shard2_prefetch2": (2, ["--parallelism.data_parallel_shard_degree=2", "--parallelism.fsdp_prefetch=2"]),
     # Gradient accumulation (local batch 1 of the global 8) with gradients reduced once per step:
-    # HSDP's all-reduce across replicas is skipped with the reduce-scatters until the last micro-batch.
-    "dp_rep2_shard2_accum2_sync_last": (4, ["--parallelism.data_parallel_replicate_degree=2",
-                                            "--parallelism.data_parallel_shard_degree=2",
-                                            "--training.local_batch_size=1",
-                                            "--parallelism.fsdp_grad_sync=last_micro_batch"]),
+    # HSDP's all-reduce across replicas is skipped with the reduce-scatters until the last micro-batch,
+    # and the parameters stay gathered from the first micro-batch's forward to the last's backward.
+    "dp_rep2_shard2_accum2_sync_last_keep": (4, ["--parallelism.data_parallel_replicate_degree=2",
+                                                 "--parallelism.data_parallel_shard_degree=2",
+                                                 "--training.local_batch_size=1",
+                                                 "--parallelism.fsdp_grad_sync=last_micro_batch",
+                                                 "--parallelism.fsdp_reshard_after_backward=last_micro_batch"]),
 }
 
 
