@@ -9,10 +9,12 @@ writes into {run folder}/{save_traces_folder}/step-N/ (N = the last traced step)
 
     rank{r}_trace.json.gz            every rank's Chrome trace (chrome://tracing or ui.perfetto.dev)
     rank{r}_memory_snapshot.pickle   with enable_memory_snapshot, on CUDA (pytorch.org/memory_viz)
-    summary.md                       rank 0: the step time split into compute, communication (and how
-                                     much of it is exposed), optimizer and data loading; top kernels
+    summary.md                       rank 0: the step time split into compute (and FSDP's own copies
+                                     and casts within it), communication (and how much of it is
+                                     exposed), optimizer and data loading; top kernels
 
-The Trainer marks three regions with record_function: "data", "forward_backward", "optimizer".
+The Trainer marks three regions with record_function: "data", "forward_backward", "optimizer";
+FSDP2 marks its own ("FSDP::all_gather", "FSDP::post_backward_reduce", ...).
 `python -m trainer.profiling TRACE.json[.gz]` prints the summary of any saved trace again.
 """
 
@@ -123,6 +125,7 @@ class Kernel:
     intervals: list[Interval]  # us; one for a GPU kernel, the self-time pieces of a CPU operator
     device: str  # "cuda:0" or "cpu"
     category: str  # a COMPUTE row, "comm" or "memcpy/memset"
+    fsdp: bool = False  # launched by FSDP2's own code (its "FSDP::..." regions): copies and casts
 
     @property
     def duration(self) -> float:
@@ -135,6 +138,18 @@ def _complete(events: list[dict], cats: tuple[str, ...]) -> list[dict]:
 
 def _inside(t: float, regions: list[Interval]) -> bool:
     return any(s <= t <= e for s, e in regions)
+
+
+def fsdp_regions(events: list[dict]) -> dict[tuple, list[Interval]]:
+    """FSDP2's record_function regions ("FSDP::all_gather", "FSDP::post_backward_reduce", ...) per
+    CPU thread: work launched inside them is FSDP's own (all-gather copy-in and casts, copy-out,
+    reduce-scatter copy-in), not the model's. Per thread, because backward's hooks run on autograd's
+    thread while other threads may launch at the same time."""
+    out: dict[tuple, list[Interval]] = defaultdict(list)
+    for e in _complete(events, ("user_annotation",)):
+        if e["name"].startswith("FSDP::"):
+            out[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e["dur"]))
+    return out
 
 
 def _self_intervals(ops: list[dict]) -> list[list[Interval]]:
@@ -176,9 +191,12 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
     nested inside) stand in for kernels, so the same breakdown still adds up without a GPU.
     """
     gpu = _complete(events, ("kernel", "gpu_memcpy", "gpu_memset"))
+    fsdp = fsdp_regions(events)
     if gpu:
         runtime = _complete(events, ("cuda_runtime", "cuda_driver"))
         launch = {e["args"]["correlation"]: e["ts"] for e in runtime if "correlation" in e.get("args", {})}
+        by_fsdp = {e["args"]["correlation"] for e in runtime if "correlation" in e.get("args", {})
+                   and _inside(e["ts"], fsdp.get((e.get("pid"), e.get("tid")), []))}
         out, earlier = [], []
         seen = {e.get("args", {}).get("correlation") for e in gpu}
         cut = sum(1 for e in runtime
@@ -197,7 +215,8 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
                 if cat != "comm" and t is not None and _inside(t, optimizer_regions):
                     cat = "optimizer"
             out.append(Kernel(e["name"], [(e["ts"], e["ts"] + e["dur"])],
-                              f"cuda:{args.get('device', e.get('pid'))}", cat))
+                              f"cuda:{args.get('device', e.get('pid'))}", cat,
+                              fsdp=args.get("correlation") in by_fsdp))
         return out, "cuda", earlier, cut
     by_thread: dict[Any, list[dict]] = defaultdict(list)
     for e in _complete(events, ("cpu_op",)):
@@ -208,7 +227,8 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
             cat = kernel_category(e["name"])
             if cat != "comm" and _inside(e["ts"], optimizer_regions):
                 cat = "optimizer"
-            out.append(Kernel(e["name"], pieces, "cpu", cat))
+            out.append(Kernel(e["name"], pieces, "cpu", cat,
+                              fsdp=_inside(e["ts"], fsdp.get((e.get("pid"), e.get("tid")), []))))
     return out, "cpu", [], 0
 
 
@@ -255,6 +275,9 @@ def _device_rows(ks: list[Kernel], n: int, step_us: float, data_us: float) -> li
         label = f"compute: {cat}" if cat != "optimizer" else \
             "optimizer (kernels launched in the optimizer region)"
         rows.append(row(label, sum(k.duration for k in ks if k.category == cat) / n))
+        if cat == "elementwise/norm/other":
+            rows.append(row("of which FSDP's copies and casts (launched in its FSDP:: regions)",
+                            sum(k.duration for k in ks if k.category == cat and k.fsdp) / n))
     busy = total_length(iv(*COMPUTE, "comm", "memcpy/memset")) / n
     idle = max(step_us - busy, 0.0)
     rows += [row("communication (union of comm kernels)", total_length(iv("comm")) / n),

@@ -171,6 +171,32 @@ def test_work_queued_before_the_window_is_left_out():
         summarize_trace(trace, "synthetic")
 
 
+def test_fsdp_copies_are_told_apart_by_the_thread_and_region_that_launched_them():
+    """Kernels launched inside FSDP2's "FSDP::..." regions (copy-in, casts, copy-out, the
+    reduce-scatter's chunk_cat) are FSDP's own, shown as a part of the elementwise time; a kernel
+    that another thread launches while such a region is open is not."""
+    trace = _gpu_trace()
+    before = summarize_trace(trace, "synthetic")
+    assert _row(before, "of which FSDP's copies") == 0
+    ev = trace["traceEvents"]
+
+    def launched(name, start, dur, launch, tid, corr):
+        ev.append({**_x("cuda_runtime", "cudaLaunchKernel", launch, 2, correlation=corr), "tid": tid})
+        ev.append(_x("kernel", name, start, dur, device=0, stream=9, correlation=corr))
+
+    for step, t0 in enumerate((0.0, 1000.0)):
+        ev.append(_x("user_annotation", "FSDP::all_gather", t0 + 51, 5))  # main thread (tid 7)
+        ev.append({**_x("user_annotation", "FSDP::post_backward_reduce", t0 + 85, 10), "tid": 9})
+        launched("multi_tensor_apply_kernel<CopyFunctor>", t0 + 560, 10, t0 + 52, 7, 7000 + step)
+        launched("chunk_cat_cuda_kernel<float, BFloat16>", t0 + 570, 20, t0 + 88, 9, 7100 + step)
+        launched("triton_poi_fused_add", t0 + 590, 10, t0 + 53, 11, 7200 + step)  # other thread
+    after = summarize_trace(trace, "synthetic")
+    assert _row(after, "of which FSDP's copies") == pytest.approx(0.030)
+    assert _row(after, "compute: elementwise/norm/other") == pytest.approx(0.090)
+    # Comm kernels launched in the same regions stay communication.
+    assert _row(after, "communication (union") == _row(before, "communication (union")
+
+
 def test_summary_rejects_a_trace_without_steps():
     with pytest.raises(ValueError, match="ProfilerStep"):
         summarize_trace({"traceEvents": [_x("kernel", "k", 0, 1)]}, "t.json")
@@ -252,6 +278,7 @@ def test_profiling_a_cpu_run_writes_trace_and_summary(tmp_path, capsys):
                     "## Where the time goes on cpu (per step)", "## Top "):
         assert heading in summary, summary
     assert _row(summary, "compute: GEMM") > 0 and _row(summary, "optimizer (kernels") > 0
+    assert _row(summary, "of which FSDP's copies") == 0  # one rank: no FSDP units
     assert summary.isascii()
     # The saved trace can be summarised again offline, to the same text.
     assert profiling_main([str(folder / "rank0_trace.json.gz")]) == 0
