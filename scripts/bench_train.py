@@ -207,12 +207,12 @@ def table(results: list[Result]) -> str:
 
     cuda = torch.cuda.is_available()
     head = ("| variant | model | layout | precision | compile | AC | local batch | seq | tokens/s/GPU "
-            "| TFLOP/s | MFU | max active / reserved GiB | alloc retries |")
-    lines = [head, "|" + "---|" * 13]
+            "| TFLOP/s | MFU | max active / reserved GiB | alloc retries | loss, last measured step |")
+    lines = [head, "|" + "---|" * 14]
     for res in results:
         r = res.resolved
         if not res.ok:
-            lines.append(f"| {res.variant.name} | failed: {res.error} |" + " |" * 11)
+            lines.append(f"| {res.variant.name} | failed: {res.error} |" + " |" * 12)
             continue
         m, t = r["model"], r["training"]
         # On CPU the trainer computes in float32 whatever mixed_precision_param says.
@@ -230,7 +230,7 @@ def table(results: list[Result]) -> str:
             f"| {res.variant.name} | {model} | {_layout(r, res.world)} | {prec}, attn {m['attention']} | "
             f"{'on' if r['compile']['enable'] else 'off'} | {ac} | {_batch(r, res.world)} | "
             f"{t['seq_len']} | {res.tps:,.0f} | {res.tflops:.0f} | {mfu} | "
-            f"{res.mem_active:.1f} / {res.mem_reserved:.1f} | {res.alloc_retries} |")
+            f"{res.mem_active:.1f} / {res.mem_reserved:.1f} | {res.alloc_retries} | {res.final_loss:.4f} |")
     return "\n".join(lines)
 
 
