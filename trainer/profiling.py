@@ -20,6 +20,7 @@ FSDP2 marks its own ("FSDP::all_gather", "FSDP::post_backward_reduce", ...).
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -140,16 +141,34 @@ def _inside(t: float, regions: list[Interval]) -> bool:
     return any(s <= t <= e for s, e in regions)
 
 
-def fsdp_regions(events: list[dict]) -> dict[tuple, list[Interval]]:
+class _Regions:
+    """Disjoint sorted intervals with a logarithmic membership test (traces hold ~1e5 launches)."""
+
+    def __init__(self, intervals: Iterable[Interval]):
+        merged = union_intervals(intervals)
+        self.starts = [s for s, _ in merged]
+        self.ends = [e for _, e in merged]
+
+    def __contains__(self, t: float) -> bool:
+        i = bisect.bisect_right(self.starts, t) - 1
+        return i >= 0 and t <= self.ends[i]
+
+
+def fsdp_regions(events: list[dict]) -> dict[tuple, _Regions]:
     """FSDP2's record_function regions ("FSDP::all_gather", "FSDP::post_backward_reduce", ...) per
     CPU thread: work launched inside them is FSDP's own (all-gather copy-in and casts, copy-out,
     reduce-scatter copy-in), not the model's. Per thread, because backward's hooks run on autograd's
     thread while other threads may launch at the same time."""
-    out: dict[tuple, list[Interval]] = defaultdict(list)
+    per_thread: dict[tuple, list[Interval]] = defaultdict(list)
     for e in _complete(events, ("user_annotation",)):
         if e["name"].startswith("FSDP::"):
-            out[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e["dur"]))
-    return out
+            per_thread[(e.get("pid"), e.get("tid"))].append((e["ts"], e["ts"] + e["dur"]))
+    return {thread: _Regions(ivs) for thread, ivs in per_thread.items()}
+
+
+def _in_fsdp(e: dict, fsdp: dict[tuple, _Regions]) -> bool:
+    regions = fsdp.get((e.get("pid"), e.get("tid")))
+    return regions is not None and e["ts"] in regions
 
 
 def _self_intervals(ops: list[dict]) -> list[list[Interval]]:
@@ -195,8 +214,8 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
     if gpu:
         runtime = _complete(events, ("cuda_runtime", "cuda_driver"))
         launch = {e["args"]["correlation"]: e["ts"] for e in runtime if "correlation" in e.get("args", {})}
-        by_fsdp = {e["args"]["correlation"] for e in runtime if "correlation" in e.get("args", {})
-                   and _inside(e["ts"], fsdp.get((e.get("pid"), e.get("tid")), []))}
+        by_fsdp = {e["args"]["correlation"] for e in runtime
+                   if "correlation" in e.get("args", {}) and _in_fsdp(e, fsdp)}
         out, earlier = [], []
         seen = {e.get("args", {}).get("correlation") for e in gpu}
         cut = sum(1 for e in runtime
@@ -227,8 +246,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
             cat = kernel_category(e["name"])
             if cat != "comm" and _inside(e["ts"], optimizer_regions):
                 cat = "optimizer"
-            out.append(Kernel(e["name"], pieces, "cpu", cat,
-                              fsdp=_inside(e["ts"], fsdp.get((e.get("pid"), e.get("tid")), []))))
+            out.append(Kernel(e["name"], pieces, "cpu", cat, fsdp=_in_fsdp(e, fsdp)))
     return out, "cpu", [], 0
 
 
