@@ -128,6 +128,23 @@ def set_prefetch(blocks: list[nn.Module], depth: int) -> None:
         block.set_modules_to_backward_prefetch(blocks[max(i - depth, 0):i][::-1])
 
 
+def _applies(key: str, model: nn.Module, cfg, grad_accum: int) -> bool:
+    """Whether parallelism.<key> = "last_micro_batch" has anything to act on (logged when not)."""
+    if getattr(cfg.parallelism, key) != "last_micro_batch":
+        return False
+    why = ("one micro-batch per step (set training.global_batch_size above local_batch_size x dp to "
+           "accumulate)" if grad_accum == 1 else
+           "FSDP is not applied (one rank, fp32)" if not isinstance(model, FSDPModule) else None)
+    if why:
+        logger.info("parallelism.%s = last_micro_batch has no effect: %s", key, why)
+    return why is None
+
+
+def _unsharded_gib(n_params: int, dims: ParallelDims, dtype: torch.dtype) -> float:
+    """GiB of one unsharded copy of this rank's parameters (TP shards stay sharded)."""
+    return n_params // dims.tp * torch.finfo(dtype).bits / 8 / 1024**3
+
+
 def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int, n_params: int) -> bool:
     """True when the trainer should reduce gradients only after the last micro-batch of a step.
 
@@ -137,15 +154,7 @@ def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: i
     once per micro-batch. That saves grad_accum - 1 collectives and their copy-in per unit, and
     costs one unsharded gradient copy per rank for the whole step.
     """
-    if cfg.parallelism.fsdp_grad_sync != "last_micro_batch":
-        return False
-    if grad_accum == 1:
-        logger.info("parallelism.fsdp_grad_sync = last_micro_batch has no effect: one micro-batch per "
-                    "step (set training.global_batch_size above local_batch_size x dp to accumulate)")
-        return False
-    if not isinstance(model, FSDPModule):
-        logger.info("parallelism.fsdp_grad_sync = last_micro_batch has no effect: FSDP is not applied "
-                    "(one rank, fp32), there is nothing to reduce")
+    if not _applies("fsdp_grad_sync", model, cfg, grad_accum):
         return False
     reduce = _dtype("mixed_precision_reduce", cfg.training.mixed_precision_reduce)
     if reduce == torch.bfloat16:
@@ -156,11 +165,10 @@ def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: i
             "bfloat16: the %d micro-batches' gradients are summed in bf16 (8 significant bits) before "
             "the reduce. Set training.mixed_precision_reduce = float32 to accumulate in fp32, or use "
             "fsdp_grad_sync = every_micro_batch (bf16 reduce, fp32 accumulation of the shards).", grad_accum)
-    gib = n_params // dims.tp * torch.finfo(reduce).bits / 8 / 1024**3  # TP shards stay sharded
     logger.info(
         "parallelism.fsdp_grad_sync = last_micro_batch: gradients stay unsharded in %s through the %d "
         "micro-batches of a step (up to %.1f GiB per rank) and are reduced once per step",
-        str(reduce).removeprefix("torch."), grad_accum, gib)
+        str(reduce).removeprefix("torch."), grad_accum, _unsharded_gib(n_params, dims, reduce))
     return True
 
 
@@ -170,17 +178,12 @@ def reshard_after_last_backward_only(model: nn.Module, dims: ParallelDims, cfg, 
     next and free them only after the step's last backward (`parallelism.fsdp_reshard_after_backward
     = "last_micro_batch"`). The optimizer must only ever see them resharded: the unsharded copy is
     an all-gather output that the step does not update, so the last micro-batch always reshards."""
-    if cfg.parallelism.fsdp_reshard_after_backward != "last_micro_batch":
-        return False
-    if grad_accum == 1 or not isinstance(model, FSDPModule):
-        logger.info("parallelism.fsdp_reshard_after_backward = last_micro_batch has no effect: %s",
-                    "one micro-batch per step" if grad_accum == 1 else "FSDP is not applied")
+    if not _applies("fsdp_reshard_after_backward", model, cfg, grad_accum):
         return False
     param = _dtype("mixed_precision_param", cfg.training.mixed_precision_param)
-    gib = n_params // dims.tp * torch.finfo(param).bits / 8 / 1024**3
     extra = "no extra peak memory" if cfg.parallelism.fsdp_reshard_after_forward == "never" else (
-        f"up to {gib:.1f} GiB more per rank between micro-batches (the gathered parameters; "
-        "fsdp_reshard_after_forward = never makes this free)")
+        f"up to {_unsharded_gib(n_params, dims, param):.1f} GiB more per rank between micro-batches "
+        "(the gathered parameters; fsdp_reshard_after_forward = never makes this free)")
     logger.info("parallelism.fsdp_reshard_after_backward = last_micro_batch: parameters are all-gathered "
                 "once per step of %d micro-batches, %s", grad_accum, extra)
     return True
