@@ -85,10 +85,6 @@ class Parallelism:
     micro-batch's backward) or last_micro_batch (keep them until the step's last backward: the
     next micro-batch skips its all-gathers and their copies; with fsdp_reshard_after_forward =
     never this costs no extra peak memory, otherwise one unsharded copy of the model per rank)."""
-    fsdp_fused_grad_accumulation: bool = True
-    """With gradient accumulation and a bf16 reduce of fp32 parameters: add each micro-batch's
-    reduce-scatter output into the fp32 sharded gradients in one pass, skipping FSDP2's separate
-    fp32 cast (bitwise the same gradients; trainer/parallel/fsdp_accumulate.py)."""
     enable_loss_parallel: bool = True
     """With TP, compute the loss on the vocab-sharded logits instead of gathering them."""
 

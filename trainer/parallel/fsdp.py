@@ -20,7 +20,6 @@ import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from trainer.parallel import fsdp_accumulate
 from trainer.parallel.dims import ParallelDims
 
 logger = logging.getLogger("titankit")
@@ -69,11 +68,9 @@ def apply_fsdp(
     device_type: str = "cpu",
     ignored_params: set | None = None,
     prefetch: int = 1,
-    fused_accumulation: bool = True,
 ) -> nn.Module:
     """Wrap the llama-shaped `model` (tok_embeddings, layers, norm, output) in FSDP2 units.
-    `ignored_params` (MoE experts with one owner each) stay outside every unit. `fused_accumulation`:
-    see trainer/parallel/fsdp_accumulate.py (acts only when the reduce dtype is narrower)."""
+    `ignored_params` (MoE experts with one owner each) stay outside every unit."""
     if reshard_after_forward not in _RESHARD_POLICIES:
         raise ValueError(
             f"parallelism.fsdp_reshard_after_forward = {reshard_after_forward!r}: valid values are "
@@ -101,12 +98,6 @@ def apply_fsdp(
 
     if prefetch > 1:
         set_prefetch(list(model.layers.values()), prefetch)
-    param_dtype = next(model.parameters()).dtype
-    narrower = mp.reduce_dtype is not None and mp.reduce_dtype != param_dtype
-    if fsdp_accumulate.configure(fused_accumulation and narrower):
-        logger.info("Gradient accumulation adds the %s reduce-scatter output into the %s gradients "
-                    "in one pass (parallelism.fsdp_fused_grad_accumulation)",
-                    str(mp.reduce_dtype).removeprefix("torch."), str(param_dtype).removeprefix("torch."))
     units = 0
     for module in model.modules():
         if isinstance(module, FSDPModule):
