@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "tk_kernels.h"
 
@@ -70,8 +71,17 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
                           as_stream(stream));
 }
 
+std::tuple<int64_t, int64_t> fp8_gemm_rowwise_workspace(int64_t m, int64_t n, int64_t k) {
+    const auto ws = titankit_tk::fp8_gemm_rowwise_workspace(static_cast<int>(m),
+                                                            static_cast<int>(n),
+                                                            static_cast<int>(k));
+    return {ws.partials, ws.flags};
+}
+
 void fp8_gemm_rowwise(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& scale_a,
-                      const torch::Tensor& scale_b, torch::Tensor& c, int64_t stream) {
+                      const torch::Tensor& scale_b, torch::Tensor& c,
+                      const std::optional<torch::Tensor>& partials,
+                      const std::optional<torch::Tensor>& flags, int64_t stream) {
     check(a, "a", at::kFloat8_e4m3fn);
     check(b, "b", at::kFloat8_e4m3fn);
     check(scale_a, "scale_a", at::kFloat);
@@ -82,9 +92,17 @@ void fp8_gemm_rowwise(const torch::Tensor& a, const torch::Tensor& b, const torc
     TORCH_CHECK(scale_a.numel() == a.size(0) && scale_b.numel() == b.size(0) &&
                     c.size(0) == a.size(0) && c.size(1) == b.size(0),
                 "titankit thunderkittens: fp8 GEMM scale or output shape mismatch");
+    // The stream-K workspace: a kernel that finds it short would write past its end.
+    const auto ws = titankit_tk::fp8_gemm_rowwise_workspace(dim(a, 0), dim(b, 0), dim(a, 1));
+    if (partials) check(*partials, "partials", at::kFloat);
+    if (flags) check(*flags, "flags", at::kInt);
+    TORCH_CHECK(ws.partials == 0 || (partials && flags && partials->numel() >= ws.partials &&
+                                     flags->numel() >= ws.flags),
+                "titankit thunderkittens: fp8 GEMM stream-K workspace missing or too small");
     titankit_tk::fp8_gemm_rowwise(a.data_ptr(), b.data_ptr(), scale_a.data_ptr<float>(),
                                   scale_b.data_ptr<float>(), c.data_ptr(), dim(a, 0), dim(b, 0),
-                                  dim(a, 1), as_stream(stream));
+                                  dim(a, 1), partials ? partials->data_ptr<float>() : nullptr,
+                                  flags ? flags->data_ptr<int>() : nullptr, as_stream(stream));
 }
 
 }  // namespace
@@ -99,5 +117,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.attr("ATTN_BWD_DQ_RED") = titankit_tk::ATTN_BWD_DQ_RED;
     m.def("attn_bwd_kv_split", &titankit_tk::attn_bwd_kv_split,
           "CTAs per (KV head, key block) of the backward; > 1 needs the dkv_acc workspace");
-    m.def("fp8_gemm_rowwise", &fp8_gemm_rowwise, "C = (A @ B^T) * scale_a * scale_b in bf16");
+    m.def("fp8_gemm_rowwise_workspace", &fp8_gemm_rowwise_workspace,
+          "(fp32 partials, int32 flags) element counts of the fp8 GEMM's stream-K workspace");
+    m.def("fp8_gemm_rowwise", &fp8_gemm_rowwise,
+          "C = (A @ B^T) * scale_a * scale_b in bf16 (partials, flags: the stream-K workspace)");
 }

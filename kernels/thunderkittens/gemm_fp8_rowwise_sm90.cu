@@ -14,6 +14,29 @@
 //   - the epilogue scales rows and columns in fp32, rounds to bf16 and leaves through two 64 x 64
 //     staging tiles per consumer and TMA stores (which clip the M tail and whole 64-column chunks
 //     past N); the producer already streams the next tile's K slices meanwhile.
+//
+// Stream-K tail (CUTLASS's data-parallel + stream-K hybrid): when the tile count is not a multiple
+// of the grid, the last wave would leave SMs idle (8192^3: 2048 tiles = 15.5 waves on 132 SMs, the
+// 16th runs 68 tiles). So the first tiles - sk_tiles tiles go round-robin as whole tiles, and the K
+// slices of the last sk_tiles = tiles % grid + grid tiles (the last full wave plus the partial one)
+// are split evenly over all CTAs, each taking one contiguous range of (tile, K slice) pairs.
+//   - Every CTA's share is longer than a tile (sk_tiles > grid), so a tile is split in at most two
+//     pieces: its start (the end of CTA i's range) and its end (the start of CTA i + 1's range).
+//   - CTA i + 1 does that end piece first in its range: it writes the fp32 accumulator to its slot
+//     of `partials` and sets its flag (per consumer warpgroup, release). CTA i does the start piece
+//     last: it waits for the flag (acquire), adds the partial, and runs the normal epilogue. A CTA
+//     only ever waits on its successor's first piece, which waits on nothing, so waits never chain.
+//     With the GPU to itself the grid is co-resident (grid <= SMs, one CTA per SM by shared memory
+//     and launch bounds), so that piece is already running. Beside other kernels (NCCL) some CTAs
+//     start late; CTAs are dispatched in index order, so only the last dispatched one can be waiting
+//     on a CTA not yet started, and the others finish and free SMs for it.
+//   - The split depends only on (M, N, K, grid) and a tile's two pieces are added in one fixed
+//     order, so results are bitwise reproducible run to run (they differ from a data-parallel run
+//     in the last bits, by the order of the fp32 additions).
+//   - Flags must be zero at launch: the caller zeroes them on the launch stream (ops.py: a
+//     torch.zeros, one memset, graph-capturable); a kernel-side reset could race with the waits.
+//   Not used when tiles <= grid, tiles % grid == 0, or when the idle part of the last wave is worth
+//   fewer K slices than the fixup costs (SK_FIXUP_SLICES).
 // Shapes: K % 128 == 0, N % 64 == 0, any M.
 #include "tk_common.cuh"
 #include "tk_kernels.h"
@@ -27,6 +50,11 @@ constexpr int BM = 128, BN = 256, BK = 128, STAGES = 4, CONSUMERS = 2;
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int SUPER_M = 16;  // M tiles per group of the tile order (L2 reuse of B)
 constexpr int C_CHUNK = 64;  // epilogue column chunk
+// Stream-K overhead per CTA in K slices of MMA time (~0.8 us each): one 128 KB fp32 partial
+// written to L2 and one read back, plus the caller's flag memset. Stream-K runs only when the idle
+// SMs of the last wave would waste more. On an H200, tiles = SMs + 1 ran 7% slower stream-K than
+// data-parallel with 8 slices per tile (an estimated gain of 7.9 slices), 30% faster with 32.
+constexpr int SK_FIXUP_SLICES = 8;
 
 using a_tile = st_fp8e4m3<64, BK>;
 using b_tile = st_fp8e4m3<BN, BK>;
@@ -41,12 +69,16 @@ struct globals {
     c_gl c;
     const float* scale_a;
     const float* scale_b;
+    float* partials;  // stream-K: one 128 x 256 fp32 slot per CTA (null when sk_tiles == 0)
+    int* flags;       // stream-K: one flag per (CTA, consumer), zero at launch
     int m, n, k;
+    int sk_tiles;     // tiles at the end of the order split by K over the grid; 0: none
 };
 
 constexpr int SMEM_BYTES = STAGES * (2 * sizeof(a_tile) + sizeof(b_tile)) +
                            CONSUMERS * 2 * sizeof(c_tile) + 1024;  // + alignment slack
 static_assert(SMEM_BYTES <= MAX_SHARED_MEMORY - 1024, "GEMM tiles exceed shared memory");
+constexpr int SLOT_FLOAT4 = 64 * BN / 4;  // one consumer's 64 x 256 fp32 partial, in float4
 
 // Tile t -> (m tile, n tile), grouping SUPER_M consecutive m tiles per n sweep.
 __device__ inline int2 tile_coords(int t, int tiles_m, int tiles_n) {
@@ -55,6 +87,33 @@ __device__ inline int2 tile_coords(int t, int tiles_m, int tiles_n) {
     const int group_m = min(tiles_m - first_m, SUPER_M);
     const int r = t % per_group;
     return {first_m + r % group_m, r / group_m};
+}
+
+// Calls f(tile, k_begin, k_end) for this CTA's work in order: its whole data-parallel tiles, then
+// its share [i * total / grid, (i + 1) * total / grid) of the stream-K part's (tile, K slice)
+// pairs, cut at tile boundaries. Producer and consumers walk the same sequence.
+template <typename F>
+__device__ __forceinline__ void for_each_unit(const globals& g, int tiles, int k_iters, F&& f) {
+    const int dp_tiles = tiles - g.sk_tiles;
+    for (int t = blockIdx.x; t < dp_tiles; t += gridDim.x) f(t, 0, k_iters);
+    const long long total = (long long)g.sk_tiles * k_iters;
+    long long pos = total * blockIdx.x / gridDim.x;
+    const long long end = total * (blockIdx.x + 1) / gridDim.x;
+    while (pos < end) {
+        const int t = (int)(pos / k_iters), kb = (int)(pos % k_iters);
+        const int ke = end - pos < k_iters - kb ? kb + (int)(end - pos) : k_iters;
+        f(dp_tiles + t, kb, ke);
+        pos += ke - kb;
+    }
+}
+
+__device__ __forceinline__ void store_release(int* p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
 
 __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant__ globals g) {
@@ -81,9 +140,9 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
         warpgroup::decrease_registers<40>();
         if (warpgroup::laneid() == 0) {
             int it = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            for_each_unit(g, tiles, k_iters, [&](int t, int kb, int ke) {
                 const int2 mn = tile_coords(t, tiles_m, tiles_n);
-                for (int kk = 0; kk < k_iters; kk++, it++) {
+                for (int kk = kb; kk < ke; kk++, it++) {
                     const int s = it % STAGES;
                     wait(empty[s], ((it / STAGES) & 1) ^ 1);  // fresh barrier: passes at once
                     tma::expect_bytes(full[s], 2 * sizeof(a_tile) + sizeof(b_tile));
@@ -91,22 +150,22 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
                     tma::load_async(a_s[s][1], g.a, {2 * mn.x + 1, kk}, full[s]);
                     tma::load_async(b_s[s], g.b, {mn.y, kk}, full[s]);
                 }
-            }
+            });
         }
         return;
     }
 
     warpgroup::increase_registers<232>();
     rt_fl<16, BN> acc;  // this warp's 16 rows of the consumer's 64 x 256 block
-    const int lane = laneid(), warp = warpgroup::warpid();
+    const int lane = laneid(), warp = warpgroup::warpid(), tid = warpgroup::laneid();
     int it = 0, chunk = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for_each_unit(g, tiles, k_iters, [&](int t, int kb, int ke) {
         const int2 mn = tile_coords(t, tiles_m, tiles_n);
         int prev = -1;
-        for (int kk = 0; kk < k_iters; kk++, it++) {
+        for (int kk = kb; kk < ke; kk++, it++) {
             const int s = it % STAGES;
             wait(full[s], (it / STAGES) & 1);
-            if (kk == 0) warpgroup::mm_ABt(acc, a_s[s][wg], b_s[s]);
+            if (kk == kb) warpgroup::mm_ABt(acc, a_s[s][wg], b_s[s]);
             else warpgroup::mma_ABt(acc, a_s[s][wg], b_s[s]);
             warpgroup::mma_async_wait<1>();  // the wgmma of the previous slice has retired
             if (prev >= 0) warp::arrive(empty[prev]);
@@ -114,6 +173,40 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
         }
         warpgroup::mma_async_wait<0>();
         warp::arrive(empty[prev]);
+
+        // Stream-K pieces. Slots are laid out [float4 index][thread] so every store and load of a
+        // warp covers 512 contiguous bytes; the partial is read once, so it bypasses L1 (.cg).
+        if (kb > 0) {  // a tile's end piece, this CTA's first stream-K unit: hand it to CTA i - 1
+            float4* slot = reinterpret_cast<float4*>(g.partials) +
+                           (size_t)(blockIdx.x * CONSUMERS + wg) * SLOT_FLOAT4 + tid;
+#pragma unroll
+            for (int j = 0; j < BN / 16; j++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float2 x = acc.tiles[0][j].data[2 * h], y = acc.tiles[0][j].data[2 * h + 1];
+                    __stcg(slot + (2 * j + h) * 128, make_float4(x.x, x.y, y.x, y.y));
+                }
+            }
+            __threadfence();          // each thread's partial is visible GPU-wide, and then
+            warpgroup::sync(wg + 1);  // all 128 threads are past that point: publish
+            if (tid == 0) store_release(&g.flags[blockIdx.x * CONSUMERS + wg], 1);
+            return;
+        }
+        if (ke < k_iters) {  // a tile's start piece: its end is CTA i + 1's first unit
+            const int peer = (blockIdx.x + 1) * CONSUMERS + wg;
+            while (load_acquire(&g.flags[peer]) == 0) __nanosleep(64);  // every thread acquires
+            const float4* slot = reinterpret_cast<const float4*>(g.partials) +
+                                 (size_t)peer * SLOT_FLOAT4 + tid;
+#pragma unroll
+            for (int j = 0; j < BN / 16; j++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float4 p = __ldcg(slot + (2 * j + h) * 128);
+                    float2 &x = acc.tiles[0][j].data[2 * h], &y = acc.tiles[0][j].data[2 * h + 1];
+                    x.x += p.x, x.y += p.y, y.x += p.z, y.y += p.w;
+                }
+            }
+        }
 
         // Epilogue: rows r0, r0 + 8 of this thread; columns per 16-wide subtile j: 2 * (lane % 4) +
         // {0, 1} and + 8 (TK's row-layout fragment, the wgmma accumulator layout).
@@ -142,39 +235,66 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             warp::copy(out, part);
             c_tile& buf = c_s[wg][chunk % 2];
             // The TMA store issued two chunks ago from this buffer must have finished reading it.
-            if (warpgroup::laneid() == 0) tma::store_async_read_wait<1>();
+            if (tid == 0) tma::store_async_read_wait<1>();
             warpgroup::sync(wg + 1);
             warpgroup::store(buf, out);
             detail::fence_async_shared();
             warpgroup::sync(wg + 1);
-            if (warpgroup::laneid() == 0) {
-                tma::store_async(g.c, buf, {2 * mn.x + wg, mn.y * (BN / C_CHUNK) + c});
-            }
+            if (tid == 0) tma::store_async(g.c, buf, {2 * mn.x + wg, mn.y * (BN / C_CHUNK) + c});
         }
+    });
+    if (tid == 0) tma::store_async_read_wait<0>();
+}
+
+struct plan {
+    int grid, sk_tiles;
+};
+
+plan make_plan(int m, int n, int k) {
+    const int tiles = ((m + BM - 1) / BM) * ((n + BN - 1) / BN), k_iters = k / BK;
+    const int sms = detail::num_sms();
+    plan p{tiles < sms ? tiles : sms, 0};
+    const int rem = tiles % p.grid;
+    // Data-parallel, the last wave idles (grid - rem) / grid of k_iters slices per CTA; stream-K
+    // recovers that for about SK_FIXUP_SLICES per CTA.
+    if (tiles > p.grid && rem != 0 &&
+        (long long)(p.grid - rem) * k_iters > (long long)SK_FIXUP_SLICES * p.grid) {
+        p.sk_tiles = rem + p.grid;  // > grid: every CTA's share exceeds a tile (two pieces max)
     }
-    if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
+    return p;
 }
 
 }  // namespace fp8gemm
 
+Fp8GemmWorkspace fp8_gemm_rowwise_workspace(int m, int n, int k) {
+    using namespace fp8gemm;
+    if (m <= 0 || n <= 0 || k <= 0) return {0, 0};
+    const plan p = make_plan(m, n, k);
+    if (p.sk_tiles == 0) return {0, 0};
+    return {(int64_t)p.grid * CONSUMERS * SLOT_FLOAT4 * 4, (int64_t)p.grid * CONSUMERS};
+}
+
 void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const float* scale_b,
-                      void* c, int m, int n, int k, cudaStream_t stream) {
+                      void* c, int m, int n, int k, float* partials, int* flags,
+                      cudaStream_t stream) {
     using namespace fp8gemm;
     detail::require(m > 0 && n > 0 && k > 0, "fp8_gemm_rowwise: M, N, K must be positive");
     // TK's swizzled TMA boxes address a row in 128-byte chunks and do not clip inside a chunk, so
     // K (A/B rows of 128 e4m3) and N (C rows of 64 bf16) must be whole chunks; M is free.
     detail::require(k % 128 == 0, "fp8_gemm_rowwise: K must be a multiple of 128");
     detail::require(n % 64 == 0, "fp8_gemm_rowwise: N must be a multiple of 64");
+    const plan p = make_plan(m, n, k);
+    detail::require(p.sk_tiles == 0 || (partials != nullptr && flags != nullptr),
+                    "fp8_gemm_rowwise: this shape needs the stream-K workspace "
+                    "(fp8_gemm_rowwise_workspace)");
     auto* pa = reinterpret_cast<fp8e4m3*>(const_cast<void*>(a));
     auto* pb = reinterpret_cast<fp8e4m3*>(const_cast<void*>(b));
     globals g{a_gl{pa, nullptr, nullptr, (size_t)m, (size_t)k},
               b_gl{pb, nullptr, nullptr, (size_t)n, (size_t)k},
               c_gl{reinterpret_cast<bf16*>(c), nullptr, nullptr, (size_t)m, (size_t)n},
-              scale_a, scale_b, m, n, k};
-    const int tiles = ((m + BM - 1) / BM) * ((n + BN - 1) / BN);
-    const int grid = tiles < detail::num_sms() ? tiles : detail::num_sms();
+              scale_a, scale_b, partials, flags, m, n, k, p.sk_tiles};
     detail::set_smem(gemm_kernel, SMEM_BYTES);
-    gemm_kernel<<<grid, THREADS, SMEM_BYTES, stream>>>(g);
+    gemm_kernel<<<p.grid, THREADS, SMEM_BYTES, stream>>>(g);
     detail::check_cuda(cudaGetLastError(), "fp8_gemm_rowwise launch");
 }
 

@@ -14,7 +14,9 @@ The FP8 GEMM computes c (M, N) bf16 = (a (M, K) @ b (N, K)^T) * scale_a * scale_
 (both K-major), scale_a (M, 1) and scale_b (1, N) fp32 (one-element scales are broadcast), with
 K % 128 == 0, N % 64 == 0 and any M. It
 accumulates in the tensor cores' fp32 accumulators without periodic promotion, i.e. with the
-numerics of torch._scaled_mm(..., use_fast_accum=True).
+numerics of torch._scaled_mm(..., use_fast_accum=True). Shapes whose tiles leave a partial last
+wave split the K loop of the last tiles over all SMs (stream-K, a workspace allocated here); the
+results stay bitwise reproducible run to run on a given GPU model.
 
 The backward kernel has an opt-in variant chosen per call by the environment variable
 TITANKIT_TK_BWD_VARIANT (read when tk_attn_bwd runs, so it also applies under torch.compile and
@@ -208,7 +210,15 @@ def tk_fp8_gemm_rowwise(
     sa, sb = _rowwise_scale(scale_a, m, "scale_a"), _rowwise_scale(scale_b, n, "scale_b")
     c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     with torch.cuda.device(a.device):
-        ext.fp8_gemm_rowwise(a, b, sa, sb, c, _stream(a))
+        # A partial last wave of tiles: the kernel splits the K loop of its last tiles over all SMs
+        # (stream-K) and passes fp32 partials through this workspace. The flags must start at
+        # zero: torch.zeros is one memset on this stream, so CUDA graph capture still works.
+        n_partials, n_flags = ext.fp8_gemm_rowwise_workspace(m, n, k)
+        partials = flags = None
+        if n_partials:
+            partials = torch.empty(n_partials, dtype=torch.float32, device=a.device)
+            flags = torch.zeros(n_flags, dtype=torch.int32, device=a.device)
+        ext.fp8_gemm_rowwise(a, b, sa, sb, c, partials, flags, _stream(a))
     return c
 
 

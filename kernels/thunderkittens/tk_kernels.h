@@ -15,8 +15,19 @@ namespace titankit_tk {
 // C (M, N) bf16 = (A (M, K) e4m3 row-major @ B (N, K)^T e4m3 row-major) * scale_a[m] * scale_b[n].
 // scale_a (M,) and scale_b (N,) fp32. Needs K % 128 == 0 and N % 64 == 0 (whole 128-byte TMA
 // swizzle chunks); any M (the tail is zero-filled on loads and clipped on the store).
+// When the tile count leaves a partial last wave, the kernel splits the K loop of its last tiles
+// over all SMs (stream-K) and needs a workspace, sized by fp8_gemm_rowwise_workspace for the same
+// shape on the same device: `partials` fp32 (uninitialised is fine) and `flags` int32, which must
+// be zero at launch (zero them on `stream` just before, e.g. one memset). Both sizes 0: plain
+// data-parallel, null pointers are fine.
+struct Fp8GemmWorkspace {
+    int64_t partials;  // fp32 elements
+    int64_t flags;     // int32 elements
+};
+Fp8GemmWorkspace fp8_gemm_rowwise_workspace(int m, int n, int k);
 void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const float* scale_b,
-                      void* c, int m, int n, int k, cudaStream_t stream);
+                      void* c, int m, int n, int k, float* partials, int* flags,
+                      cudaStream_t stream);
 
 // Attention forward. q (B, Sq, Hq, D), k and v (B, Skv, Hkv, D) contiguous bf16; o like q;
 // lse (B, Hq, Sq) fp32 natural log. D == 128 or 64. causal needs Sq == Skv.

@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from kernels.attention import reference
 from kernels.thunderkittens import build, ops
@@ -199,6 +200,83 @@ def test_fp8_gemm_error_grows_like_cublas_fast_accum():
     cublas = _rel(torch._scaled_mm(qx, qw.t(), sx, sw.reshape(1, n), out_dtype=torch.bfloat16,
                                    use_fast_accum=True), want)
     assert ours < max(2 * cublas, 1e-3) and ours < GEMM_TOL, (ours, cublas)
+
+
+def _fp8_operands(m, n, k, seed):
+    """Rowwise-quantized e4m3 operands (qx, sx (M, 1), qw, sw (1, N)) and the fp32 reference."""
+    from kernels.fp8 import reference as R
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    qx, sx = R.quantize_rowwise(torch.randn(m, k, device="cuda", generator=g))
+    qw, sw = R.quantize_rowwise(torch.randn(n, k, device="cuda", generator=g) * 0.02)
+    return qx, sx, qw, sw.reshape(1, n), (qx.float() * sx) @ (qw.float() * sw).t()
+
+
+# Shapes around the stream-K tail, as functions of the SM count (grid = min(tiles, SMs); tiles are
+# 128 x 256, K slices 128). The split gives every CTA more than one tile of K slices, so a tile is
+# cut in at most two pieces (a start finished by CTA i, an end handed over by CTA i + 1); the
+# K = 2048 case makes those pieces as uneven as they get (1 to 15 of 16 slices, the fewest K slices
+# per tile for which stream-K still runs when tiles = SMs + 1).
+STREAM_K_GEMMS = [  # id, (M, N, K) from the SM count, stream-K expected (None: depends on the GPU)
+    pytest.param(lambda sms: (8192, 8192, 8192), None, id="8192^3"),
+    pytest.param(lambda sms: (128 * (sms + 1), 256, 4096), True, id="tiles=SMs+1"),
+    pytest.param(lambda sms: (128 * (sms + 1), 256, 2048), True, id="tiles=SMs+1-K16slices"),
+    pytest.param(lambda sms: (128 * sms + 77, 512, 2048), True, id="tiles=2SMs+2-M-tail"),
+    pytest.param(lambda sms: (128 * 2 * sms, 256, 4096), False, id="tiles=2SMs"),
+    pytest.param(lambda sms: (1000, 2048, 2048), False, id="tiles<SMs"),
+]
+
+
+def _worst_tile_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Largest relative error over the kernel's 128 x 256 output tiles: a lost or doubled K piece
+    of a split tile spoils one tile, which the norm over the whole output could hide."""
+    m, n = want.shape
+
+    def per_tile(x):
+        x = F.pad(x, (0, -n % 256, 0, -m % 128))
+        return x.reshape(x.shape[0] // 128, 128, x.shape[1] // 256, 256).sum((1, 3))
+
+    return (per_tile((got.float() - want) ** 2) / per_tile(want**2)).sqrt().max().item()
+
+
+def _sms() -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+@pytest.mark.parametrize("shape,stream_k", STREAM_K_GEMMS)
+def test_fp8_gemm_stream_k_tail(shape, stream_k):
+    m, n, k = shape(_sms())
+    if stream_k is not None:  # the case exercises the path it is meant to
+        assert (build.extension().fp8_gemm_rowwise_workspace(m, n, k)[0] > 0) == stream_k
+    qx, sx, qw, sw, want = _fp8_operands(m, n, k, seed=m + n + k)
+    got = ops.fp8_gemm_rowwise(qx, qw, sx, sw)
+    assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+    err = _rel(got, want)
+    assert err < GEMM_TOL, f"relative error {err:.2e}"
+    worst = _worst_tile_error(got, want)
+    assert worst < GEMM_TOL, f"worst 128 x 256 tile's relative error {worst:.2e}"
+
+
+@pytest.mark.parametrize("shape", [lambda sms: (8192, 8192, 8192),
+                                   lambda sms: (128 * (sms + 1), 256, 2048)],
+                         ids=["8192^3", "tiles=SMs+1-K16slices"])
+def test_fp8_gemm_is_deterministic_and_graph_capturable(shape):
+    """Stream-K adds each split tile's two fp32 pieces in a fixed order: bitwise-equal repeats,
+    also from a CUDA graph replay (the workspace flags are zeroed on the stream, no host sync)."""
+    m, n, k = shape(_sms())
+    qx, sx, qw, sw, _ = _fp8_operands(m, n, k, seed=1)
+    first = ops.fp8_gemm_rowwise(qx, qw, sx, sw)
+    second = ops.fp8_gemm_rowwise(qx, qw, sx, sw)
+    assert torch.equal(first, second)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = ops.fp8_gemm_rowwise(qx, qw, sx, sw)
+    for _ in range(2):  # the flags must be zero again on every replay
+        replayed.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(replayed, first)
 
 
 def test_scale_is_one_over_sqrt_head_dim():
