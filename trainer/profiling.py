@@ -137,10 +137,6 @@ def _complete(events: list[dict], cats: tuple[str, ...]) -> list[dict]:
     return [e for e in events if e.get("ph") == "X" and e.get("cat") in cats and "dur" in e]
 
 
-def _inside(t: float, regions: list[Interval]) -> bool:
-    return any(s <= t <= e for s, e in regions)
-
-
 class _Regions:
     """Disjoint sorted intervals with a logarithmic membership test (traces hold ~1e5 launches)."""
 
@@ -211,6 +207,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
     """
     gpu = _complete(events, ("kernel", "gpu_memcpy", "gpu_memset"))
     fsdp = fsdp_regions(events)
+    optimizer = _Regions(optimizer_regions)
     if gpu:
         runtime = _complete(events, ("cuda_runtime", "cuda_driver"))
         launch = {e["args"]["correlation"]: e["ts"] for e in runtime if "correlation" in e.get("args", {})}
@@ -231,7 +228,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
             else:
                 cat = kernel_category(e["name"])
                 t = launch.get(args.get("correlation"))
-                if cat != "comm" and t is not None and _inside(t, optimizer_regions):
+                if cat != "comm" and t is not None and t in optimizer:
                     cat = "optimizer"
             out.append(Kernel(e["name"], [(e["ts"], e["ts"] + e["dur"])],
                               f"cuda:{args.get('device', e.get('pid'))}", cat,
@@ -244,7 +241,7 @@ def trace_kernels(events: list[dict], optimizer_regions: list[Interval]
     for ops in by_thread.values():
         for e, pieces in zip(ops, _self_intervals(ops)):
             cat = kernel_category(e["name"])
-            if cat != "comm" and _inside(e["ts"], optimizer_regions):
+            if cat != "comm" and e["ts"] in optimizer:
                 cat = "optimizer"
             out.append(Kernel(e["name"], pieces, "cpu", cat, fsdp=_in_fsdp(e, fsdp)))
     return out, "cpu", [], 0

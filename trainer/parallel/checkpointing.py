@@ -82,6 +82,12 @@ def _wrap(block: nn.Module, per_op: bool) -> nn.Module:
                               preserve_rng_state=False, **kwargs)
 
 
+def compile_memory_budget(ac) -> float:
+    """The activation memory budget the compiled blocks get: ac.memory_budget in memory_budget mode,
+    else 1.0 (keep everything; any other mode's recomputation is done by the wrappers above)."""
+    return ac.memory_budget if ac.mode == "memory_budget" else 1.0
+
+
 def parse_ac(ac) -> tuple[str, int | None]:
     """Validated (mode, every_n): every_n is set for "selective" with an integer option."""
     if ac.mode not in MODES:

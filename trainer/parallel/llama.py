@@ -45,9 +45,10 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
         apply_ac(model, ac)
 
     if job_config.compile.enable:
+        from trainer.parallel.checkpointing import compile_memory_budget
         from trainer.parallel.compile import apply_compile
 
-        apply_compile(model, memory_budget=ac.memory_budget if ac.mode == "memory_budget" else 1.0)
+        apply_compile(model, memory_budget=compile_memory_budget(ac))
 
     from trainer.parallel.fsdp import apply_fsdp, fsdp_needed
 

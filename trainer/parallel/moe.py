@@ -148,9 +148,10 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
         apply_ac(model, ac)
 
     if job_config.compile.enable:
+        from trainer.parallel.checkpointing import compile_memory_budget
         from trainer.parallel.compile import apply_compile
 
-        apply_compile(model, memory_budget=ac.memory_budget if ac.mode == "memory_budget" else 1.0)
+        apply_compile(model, memory_budget=compile_memory_budget(ac))
 
     ignored: set = set()
     if meshes is not None:
