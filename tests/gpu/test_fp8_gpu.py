@@ -321,3 +321,52 @@ def test_float8_linear_compiles(backend):
             err = (got[name].float() - ref).abs()
             worst = (err / tol).max().item()
             assert bool((err <= tol).all()), f"{mode} {backend} {name}: max err / tol = {worst:.2f}"
+
+
+def _activation_bytes_after_forward(fp8: bool, ac_mode: str) -> int:
+    """Memory a compiled 2-block model still holds after its forward (what backward will read)."""
+    from types import SimpleNamespace
+
+    import trainer.float8 as f8
+    from trainer.models import FAMILIES
+    from trainer.parallel.checkpointing import apply_ac
+    from trainer.parallel.compile import apply_compile
+
+    torch._dynamo.reset()
+    fam = FAMILIES["llama3"]
+    args = fam.make_args("debug", {"dim": 2048, "n_layers": 2, "n_heads": 16, "n_kv_heads": 4,
+                                   "vocab_size": 1024, "multiple_of": 1024, "max_seq_len": 4096})
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = fam.model_cls(args)
+    model.init_weights()
+    model.to(torch.bfloat16)
+    if fp8:
+        f8.convert_to_float8_training(model, SimpleNamespace(
+            enable=True, recipe="tensorwise", backend="torch", grad_weight_high_precision=False,
+            filter_fqns=["output"]))
+    if ac_mode != "none":
+        apply_ac(model, SimpleNamespace(mode=ac_mode, selective_ac_option="op"), compiled=True)
+    apply_compile(model)
+    tokens = torch.randint(0, 1024, (1, 4096), device="cuda")
+    model(tokens).float().sum().backward()  # compiles
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    out = model(tokens)
+    held = torch.cuda.memory_allocated() - before
+    out.float().sum().backward()
+    return held
+
+
+def test_full_ac_with_fp8_keeps_no_gemm_outputs_when_compiled():
+    """Full AC must free an FP8 block's activations like a bf16 one's. On torch 2.11 plain
+    checkpoint kept every FP8 GEMM output of a compiled block (pytorch#177396): 4.6x the memory."""
+    bf16_full = _activation_bytes_after_forward(False, "full")
+    fp8_full = _activation_bytes_after_forward(True, "full")
+    fp8_none = _activation_bytes_after_forward(True, "none")
+    mib = 2**20
+    msg = f"after forward: bf16 full AC {bf16_full / mib:.0f} MiB, fp8 full AC {fp8_full / mib:.0f} MiB, fp8 no AC {fp8_none / mib:.0f} MiB"
+    print(msg)
+    assert fp8_full <= 1.1 * bf16_full + 4 * mib, msg
+    assert fp8_full < 0.35 * fp8_none, msg

@@ -113,3 +113,65 @@ def test_ac_none_wraps_nothing(baseline):
 def test_bad_ac_config_names_the_key(mode, option, match):
     with pytest.raises(ValueError, match=match):
         parse_ac(_ac(mode, option))
+
+
+def _scaled_mm_on_cpu() -> bool:
+    a = torch.zeros(16, 16).to(torch.float8_e4m3fn)
+    try:
+        torch._scaled_mm(a, a.t(), torch.tensor(1.0), torch.tensor(1.0), out_dtype=torch.bfloat16)
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def _compiled_fp8_backward_scaled_mms(mode: str, monkeypatch) -> tuple[int, dict]:
+    """aten._scaled_mm calls in the backward of a compiled 2-block FP8 model under AC `mode`, and
+    the gradients."""
+    import trainer.float8 as f8
+    from torch.profiler import ProfilerActivity, profile
+    from trainer.parallel.compile import apply_compile
+
+    # The CUDA GEMM path (torch._scaled_mm) on CPU, so the graph is the one GPUs compile.
+    monkeypatch.setattr(f8.Float8Linear, "_gemm_backend", lambda self, x: "torch")
+    torch._dynamo.reset()
+    fam = FAMILIES["llama3"]
+    args = fam.make_args("debug", {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                                   "vocab_size": 128})
+    torch.manual_seed(0)
+    model = fam.model_cls(args)
+    model.init_weights()
+    model.to(torch.bfloat16)
+    f8.convert_to_float8_training(model, SimpleNamespace(
+        enable=True, recipe="tensorwise", backend="torch", grad_weight_high_precision=False,
+        filter_fqns=["output"]))
+    apply_ac(model, _ac(mode), compiled=True)
+    apply_compile(model)
+    tokens = torch.randint(0, 128, (1, 32), generator=torch.Generator().manual_seed(1))
+    model(tokens).float().sum().backward()  # compiles
+    model.zero_grad(set_to_none=True)
+    out = model(tokens)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out.float().sum().backward()
+    from trainer.models.llama import canonical_fqn
+
+    grads = {canonical_fqn(n): p.grad for n, p in model.named_parameters()}
+    return sum(e.name == "aten::_scaled_mm" for e in prof.events()), grads
+
+
+def test_full_ac_recomputes_fp8_gemms_when_compiled(monkeypatch):
+    """Full AC of a compiled block must recompute the forward FP8 GEMMs, not keep their outputs,
+    and give the same gradients as no AC.
+
+    On torch 2.11 plain checkpoint left the ops inside Float8Linear's autograd.Function untagged,
+    so the compiled graph saved every GEMM output (as much memory as no AC; pytorch#177396); the
+    GPU twin of this test measures that memory (tests/gpu/test_fp8_gpu.py)."""
+    if not _scaled_mm_on_cpu():
+        pytest.skip("this torch has no CPU torch._scaled_mm")
+    no_ac, no_ac_grads = _compiled_fp8_backward_scaled_mms("none", monkeypatch)
+    full, full_grads = _compiled_fp8_backward_scaled_mms("full", monkeypatch)
+    assert full_grads.keys() == no_ac_grads.keys()
+    for fqn, g in full_grads.items():  # recomputation repeats the same quantization: same bits
+        assert torch.equal(g, no_ac_grads[fqn]), fqn
+    assert no_ac == 2 * 7 * 2  # grad_input and grad_weight of 7 Float8Linears in each of 2 blocks
+    # Backward needs 6 of a block's 7 forward GEMMs (w2's output feeds only the residual add).
+    assert full - no_ac >= 6 * 2

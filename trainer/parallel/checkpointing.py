@@ -75,8 +75,25 @@ def _selective_context():
     return create_selective_checkpoint_contexts(op_policy(_save_list()))
 
 
-def _wrap(block: nn.Module, per_op: bool) -> nn.Module:
-    kwargs = {"context_fn": _selective_context} if per_op else {}
+def _recompute_everything(ctx, func, *args, **kwargs):
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _full_context():
+    # Full checkpointing of a compiled block, expressed as a selective policy that saves nothing.
+    # Why not plain checkpoint: under torch.compile, torch 2.11 tags the ops of a checkpointed region
+    # for recomputation before custom autograd.Functions are inlined, so the ops inside
+    # Float8Linear's matmul stay untagged and the partitioner saves their outputs
+    # (pytorch/pytorch#177396): full AC with FP8 kept every GEMM output, as much activation memory as
+    # no AC (measured on H200: docs/benchmarks.md section 10). The selective path tags each op as it
+    # is traced, inlined ones included. In eager, plain checkpoint is kept: it recomputes everything
+    # anyway, stops early, and has no per-op Python dispatch.
+    return create_selective_checkpoint_contexts(_recompute_everything)
+
+
+def _wrap(block: nn.Module, per_op: bool, compiled: bool) -> nn.Module:
+    kwargs = {"context_fn": _selective_context} if per_op else (
+        {"context_fn": _full_context} if compiled else {})
     # preserve_rng_state=False: blocks hold no dropout, and stashing RNG costs a device sync.
     return checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
                               preserve_rng_state=False, **kwargs)
@@ -103,8 +120,9 @@ def parse_ac(ac) -> tuple[str, int | None]:
     return ac.mode, int(option)
 
 
-def apply_ac(model: nn.Module, ac) -> nn.Module:
-    """Wrap the blocks of `model.layers` in place according to the `[activation_checkpoint]` section."""
+def apply_ac(model: nn.Module, ac, compiled: bool = False) -> nn.Module:
+    """Wrap the blocks of `model.layers` in place according to the `[activation_checkpoint]` section;
+    `compiled`: the blocks will be compiled (apply_compile), which changes how full AC is expressed."""
     mode, every_n = parse_ac(ac)
     if mode == "none":
         return model
@@ -116,7 +134,7 @@ def apply_ac(model: nn.Module, ac) -> nn.Module:
     for i, (name, block) in enumerate(list(model.layers.items())):
         if mode == "selective" and every_n is not None and i % every_n != 0:
             continue
-        model.layers[name] = _wrap(block, per_op=mode == "selective" and every_n is None)
+        model.layers[name] = _wrap(block, per_op=mode == "selective" and every_n is None, compiled=compiled)
         wrapped += 1
     what = {"full": "full", "selective": "selective per-op (save matmul/attention outputs)"}[mode]
     if every_n is not None:

@@ -42,7 +42,7 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
     if ac.mode != "none":
         from trainer.parallel.checkpointing import apply_ac
 
-        apply_ac(model, ac)
+        apply_ac(model, ac, compiled=job_config.compile.enable)
 
     if job_config.compile.enable:
         from trainer.parallel.checkpointing import compile_memory_budget

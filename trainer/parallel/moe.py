@@ -145,7 +145,7 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
     if ac.mode != "none":
         from trainer.parallel.checkpointing import apply_ac
 
-        apply_ac(model, ac)
+        apply_ac(model, ac, compiled=job_config.compile.enable)
 
     if job_config.compile.enable:
         from trainer.parallel.checkpointing import compile_memory_budget
