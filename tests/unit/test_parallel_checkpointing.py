@@ -37,9 +37,9 @@ class _CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _model() -> torch.nn.Module:
+def _model(n_layers: int = N_LAYERS) -> torch.nn.Module:
     fam = FAMILIES["llama3"]
-    args = fam.make_args("debug", {"dim": 64, "n_layers": N_LAYERS, "n_heads": 4,
+    args = fam.make_args("debug", {"dim": 64, "n_layers": n_layers, "n_heads": 4,
                                    "n_kv_heads": 2, "vocab_size": 128})
     torch.manual_seed(0)
     model = fam.model_cls(args)
@@ -134,13 +134,7 @@ def _compiled_fp8_backward_scaled_mms(mode: str, monkeypatch) -> tuple[int, dict
     # The CUDA GEMM path (torch._scaled_mm) on CPU, so the graph is the one GPUs compile.
     monkeypatch.setattr(f8.Float8Linear, "_gemm_backend", lambda self, x: "torch")
     torch._dynamo.reset()
-    fam = FAMILIES["llama3"]
-    args = fam.make_args("debug", {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
-                                   "vocab_size": 128})
-    torch.manual_seed(0)
-    model = fam.model_cls(args)
-    model.init_weights()
-    model.to(torch.bfloat16)
+    model = _model(n_layers=2).to(torch.bfloat16)
     f8.convert_to_float8_training(model, SimpleNamespace(
         enable=True, recipe="tensorwise", backend="torch", grad_weight_high_precision=False,
         filter_fqns=["output"]))
