@@ -361,7 +361,8 @@ def _activation_bytes_after_forward(fp8: bool, ac_mode: str) -> int:
 
 def test_full_ac_with_fp8_keeps_no_gemm_outputs_when_compiled():
     """Full AC must free an FP8 block's activations like a bf16 one's. On torch 2.11 plain
-    checkpoint kept every FP8 GEMM output of a compiled block (pytorch#177396): 4.6x the memory."""
+    checkpoint kept every FP8 GEMM output of a compiled block (pytorch#177396): 4.6x the memory of
+    bf16 full AC in a one-off probe with 4096-wide blocks."""
     bf16_full = _activation_bytes_after_forward(False, "full")
     fp8_full = _activation_bytes_after_forward(True, "full")
     fp8_none = _activation_bytes_after_forward(True, "none")
