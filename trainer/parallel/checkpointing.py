@@ -92,8 +92,8 @@ def _full_context():
 
 
 def _wrap(block: nn.Module, per_op: bool, compiled: bool) -> nn.Module:
-    kwargs = {"context_fn": _selective_context} if per_op else (
-        {"context_fn": _full_context} if compiled else {})
+    context_fn = _selective_context if per_op else (_full_context if compiled else None)
+    kwargs = {"context_fn": context_fn} if context_fn is not None else {}
     # preserve_rng_state=False: blocks hold no dropout, and stashing RNG costs a device sync.
     return checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
                               preserve_rng_state=False, **kwargs)
