@@ -31,11 +31,12 @@
 // warpgroup wait for its slowest warp every iteration.
 //
 // Where the time goes (docs/benchmarks.md section 4a, with the patches of the experiments): dQ is a
-// fifth of the FLOPs but about a third of the time, and the dQ reduce-adds and Q / dO loads miss L2
-// far more often than cuDNN's (each query tile is visited by up to 64 CTAs at different times).
-// Overlapping the next S^T / dP^T with dQ's staging does not fit in registers as written: dK, dV,
-// S^T, dP^T and dQ accumulators are 224 per thread, and a wgmma's asm reads its accumulator ("+f"),
-// so a tile declared outside the loop stays live unless zeroed right before its wgmma.
+// fifth of the FLOPs but about a third of the time. Its reduce-adds and the Q / dO loads miss L2
+// far more often than cuDNN's, but an order that fixed that (94% hits) left the time unchanged: the
+// limit is the schedule (dQ wgmmas, wait for all, staging, then the next S^T / dP^T). Overlapping
+// those does not fit in registers as written: dK, dV, S^T, dP^T and dQ accumulators are 224 per
+// thread, and a wgmma's asm reads its accumulator ("+f"), so a tile declared outside the loop stays
+// live unless zeroed right before its wgmma.
 #include "attention_common.cuh"
 #include "tk_kernels.h"
 
