@@ -33,10 +33,9 @@
 // Where the time goes (docs/benchmarks.md section 4a, with the patches of the experiments): dQ is a
 // fifth of the FLOPs but about a third of the time. Its reduce-adds and the Q / dO loads miss L2
 // far more often than cuDNN's, but an order that fixed that (94% hits) left the time unchanged: the
-// limit is the schedule (dQ wgmmas, wait for all, staging, then the next S^T / dP^T). Overlapping
-// those does not fit in registers as written: dK, dV, S^T, dP^T and dQ accumulators are 224 per
-// thread, and a wgmma's asm reads its accumulator ("+f"), so a tile declared outside the loop stays
-// live unless zeroed right before its wgmma.
+// limit is the schedule (dQ wgmmas, wait for all, staging, then the next S^T / dP^T). Both orders
+// tried that overlap those steps spilled registers and ran slower. (A wgmma's asm reads its
+// accumulator, "+f", so a tile declared outside a loop stays live unless zeroed before its wgmma.)
 #include "attention_common.cuh"
 #include "tk_kernels.h"
 
