@@ -28,7 +28,7 @@ from trainer.models import FAMILIES
 from trainer.optim import build_lr_scheduler, build_optimizer, clip_grads_, grad_norm
 from trainer.parallel import parallelize
 from trainer.parallel.dims import ParallelDims, env_world_size
-from trainer.parallel.fsdp import grad_sync_last_only, reshard_after_last_backward_only
+from trainer.parallel.fsdp import grad_sync_interval, reshard_after_last_backward_only
 from trainer.parallel.init import seeded_init_fn
 from trainer.profiling import StepProfiler
 
@@ -105,7 +105,7 @@ class Trainer:
         model.train()
         self.model = model
         self.n_params = sum(p.numel() for p in model.parameters())  # DTensor: the global size
-        self.sync_last_micro_batch = grad_sync_last_only(model, self.dims, cfg, self.grad_accum, self.n_params)
+        self.grad_sync_every = grad_sync_interval(model, self.dims, cfg, self.grad_accum, self.n_params)
         self.reshard_last_micro_batch = reshard_after_last_backward_only(
             model, self.dims, cfg, self.grad_accum, self.n_params)
         self.loss_fn = token_loss_sum
@@ -165,8 +165,8 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.grad_accum):
             last = micro == self.grad_accum - 1
-            if self.sync_last_micro_batch:
-                self.model.set_requires_gradient_sync(last)
+            if self.grad_sync_every > 1:
+                self.model.set_requires_gradient_sync(last or (micro + 1) % self.grad_sync_every == 0)
             if self.reshard_last_micro_batch:
                 self.model.set_reshard_after_backward(last)
             t0 = time.perf_counter()

@@ -1,11 +1,13 @@
-"""parallelism.fsdp_grad_sync = last_micro_batch: with gradient accumulation, FSDP reduces once per
-step instead of once per micro-batch, and training is unchanged.
+"""parallelism.fsdp_grad_sync = last_micro_batch (or every_2_micro_batches): with gradient
+accumulation, FSDP reduces once per step (twice) instead of once per micro-batch, and training is
+unchanged.
 
 Two gloo ranks (CPU, fp32, deterministic) train the same tiny Llama several ways on the same global
 batch of 8 sequences: local batch 4 (no accumulation), local batch 1 x 4 micro-batches reducing
-after each, and the same reducing only after the last. All three must agree (losses 1e-5, step-1
-gradients 1e-4 relative), and the last one must issue a quarter of the reduce-scatters. The same
-holds for keeping the parameters unsharded between micro-batches, with a quarter of the all-gathers.
+after each, and the same reducing only after the last (after every second). All must agree (losses
+1e-5, step-1 gradients 1e-4 relative), and the last one must issue a quarter of the reduce-scatters
+(half). The same holds for keeping the parameters unsharded between micro-batches, with a quarter
+of the all-gathers.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ RUNS = {
     "no_accum": ["--training.local_batch_size=4"],
     "accum4_every": ["--training.local_batch_size=1"],
     "accum4_last": ["--training.local_batch_size=1", "--parallelism.fsdp_grad_sync=last_micro_batch"],
+    "accum4_every2": ["--training.local_batch_size=1", "--parallelism.fsdp_grad_sync=every_2_micro_batches"],
     "accum4_never": ["--training.local_batch_size=1", "--parallelism.fsdp_reshard_after_forward=never"],
     "accum4_keep": ["--training.local_batch_size=1", "--parallelism.fsdp_reshard_after_forward=never",
                     "--parallelism.fsdp_reshard_after_backward=last_micro_batch"],
@@ -90,6 +93,7 @@ def test_reducing_after_the_last_micro_batch_trains_the_same_with_fewer_collecti
     every, last = res["accum4_every"]["reduce_scatters"], res["accum4_last"]["reduce_scatters"]
     assert every > 0, "no reduce-scatter was seen: the counter does not see this torch's FSDP2"
     assert every == 4 * last == 4 * res["no_accum"]["reduce_scatters"]
+    assert res["accum4_every2"]["reduce_scatters"] == 2 * last  # after micro-batches 2 and 4
 
 
 def test_keeping_parameters_unsharded_between_micro_batches_gathers_once_per_step(res):

@@ -395,6 +395,8 @@ def random_config(rng: random.Random) -> JobConfig:
     cfg.run.name = "run" + str(rng.randint(0, 99))
     cfg.run.seed = rng.randint(0, 2**32 - 1)
     cfg.activation_checkpoint.selective_ac_option = str(rng.randint(1, 4))
+    cfg.parallelism.fsdp_grad_sync = rng.choice(["every_micro_batch", "last_micro_batch",
+                                                 f"every_{rng.randint(1, 8)}_micro_batches"])
     cfg.training.global_batch_size = cfg.training.local_batch_size * rng.randint(1, 4)
     cfg.checkpoint.load_step = -1
     cfg.training.steps = cfg.lr_scheduler.warmup_steps + rng.randint(1, 100)

@@ -1,6 +1,7 @@
 """The gradient-accumulation options of FSDP (parallelism.fsdp_grad_sync, fsdp_reshard_after_backward):
-when they apply, and the warning a user gets when fsdp_grad_sync = last_micro_batch would sum
-gradients in bf16. Training equivalence and collective counts: tests/distributed/test_grad_sync.py."""
+when they apply, how many micro-batches a reduction covers, and the warning a user gets when
+fsdp_grad_sync would sum gradients in bf16. Training equivalence and collective counts:
+tests/distributed/test_grad_sync.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from torch.distributed.fsdp import fully_shard
 
 from tests.helpers.one_rank import one_rank_group
 from trainer.config.schema import JobConfig
-from trainer.parallel.fsdp import grad_sync_last_only, reshard_after_last_backward_only
+from trainer.parallel.fsdp import grad_sync_interval, reshard_after_last_backward_only
 
 DIMS = SimpleNamespace(tp=1)
 
@@ -34,32 +35,46 @@ def _cfg(**parallelism) -> JobConfig:
     return cfg
 
 
+@pytest.mark.parametrize("value", ["last_micro_batch", "every_2_micro_batches"])
 @pytest.mark.parametrize("reduce, warns", [("bfloat16", True), ("float32", False)])
-def test_sync_last_warns_when_gradients_would_accumulate_in_bf16(sharded, caplog, reduce, warns):
-    cfg = _cfg(fsdp_grad_sync="last_micro_batch")
+def test_sync_warns_when_gradients_would_accumulate_in_bf16(sharded, caplog, reduce, warns, value):
+    cfg = _cfg(fsdp_grad_sync=value)
     cfg.training.mixed_precision_reduce = reduce
     with caplog.at_level(logging.INFO):
-        assert grad_sync_last_only(sharded, DIMS, cfg, grad_accum=4, n_params=100)
+        assert grad_sync_interval(sharded, DIMS, cfg, grad_accum=4, n_params=100) > 1
     warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert bool(warning) == warns
     if warns:
         assert "summed in bf16" in warning[0] and "training.mixed_precision_reduce = float32" in warning[0]
 
 
+@pytest.mark.parametrize("value, accum, every", [
+    ("every_micro_batch", 8, 1), ("last_micro_batch", 8, 8), ("every_2_micro_batches", 8, 2),
+    ("every_3_micro_batches", 8, 3),  # reduces after micro-batches 3, 6 and 8
+    ("every_16_micro_batches", 8, 8), ("every_1_micro_batches", 8, 1), ("every_2_micro_batches", 1, 1)])
+def test_grad_sync_interval(sharded, value, accum, every):
+    assert grad_sync_interval(sharded, DIMS, _cfg(fsdp_grad_sync=value), accum, 100) == every
+
+
 def test_accumulation_options_apply_only_with_accumulation_and_fsdp(sharded):
-    for decide, key in ((grad_sync_last_only, "fsdp_grad_sync"),
-                        (reshard_after_last_backward_only, "fsdp_reshard_after_backward")):
+    # (the function, its key, what it returns when the option acts, when it does not)
+    for decide, key, on, off in ((grad_sync_interval, "fsdp_grad_sync", 4, 1),
+                                 (reshard_after_last_backward_only, "fsdp_reshard_after_backward",
+                                  True, False)):
         cfg = _cfg(**{key: "last_micro_batch"})
-        assert decide(sharded, DIMS, cfg, 4, 100)
-        assert not decide(sharded, DIMS, cfg, 1, 100), "one micro-batch: nothing to accumulate"
-        assert not decide(torch.nn.Linear(2, 2), DIMS, cfg, 4, 100), "no FSDP: nothing to gather"
-        assert not decide(sharded, DIMS, _cfg(**{key: "every_micro_batch"}), 4, 100)
+        assert decide(sharded, DIMS, cfg, 4, 100) == on
+        assert decide(sharded, DIMS, cfg, 1, 100) == off, "one micro-batch: nothing to accumulate"
+        assert decide(torch.nn.Linear(2, 2), DIMS, cfg, 4, 100) == off, "no FSDP: nothing to gather"
+        assert decide(sharded, DIMS, _cfg(**{key: "every_micro_batch"}), 4, 100) == off
 
 
-def test_unknown_value_names_the_key_and_the_choices():
+@pytest.mark.parametrize("key, value", [("fsdp_reshard_after_backward", "sometimes"),
+                                        ("fsdp_grad_sync", "sometimes"),
+                                        ("fsdp_grad_sync", "every_0_micro_batches")])
+def test_unknown_value_names_the_key_and_the_choices(key, value):
     from trainer.config import load_config
 
     with pytest.raises(Exception) as err:
-        load_config(["--parallelism.fsdp_reshard_after_backward=sometimes"])
-    assert "parallelism.fsdp_reshard_after_backward" in str(err.value)
+        load_config([f"--parallelism.{key}={value}"])
+    assert f"parallelism.{key}" in str(err.value)
     assert "last_micro_batch" in str(err.value)

@@ -7,6 +7,7 @@ validate_config (for configs built in code). Each error names where the value ca
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import Any, Callable
 
@@ -22,7 +23,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "training.mixed_precision_reduce": DTYPES,
     "parallelism.context_parallel_method": ("ring", "allgather"),
     "parallelism.fsdp_reshard_after_forward": ("default", "always", "never"),
-    "parallelism.fsdp_grad_sync": ("every_micro_batch", "last_micro_batch"),
     "parallelism.fsdp_reshard_after_backward": ("every_micro_batch", "last_micro_batch"),
     "activation_checkpoint.mode": ("none", "full", "selective", "memory_budget"),
     "checkpoint.async_mode": ("disabled", "async"),
@@ -48,6 +48,10 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: v == "op" or (v.isdigit() and int(v) >= 1),
         "'op' or a positive integer N as a string (checkpoint every N-th block)"),
     "parallelism.fsdp_prefetch": (lambda v: v >= 1, ">= 1 (1 = FSDP2's default: the next block)"),
+    "parallelism.fsdp_grad_sync": (
+        lambda v: v in ("every_micro_batch", "last_micro_batch") or
+        re.fullmatch(r"every_[1-9][0-9]*_micro_batches", v) is not None,
+        "every_micro_batch, last_micro_batch or every_N_micro_batches (N >= 1, e.g. every_2_micro_batches)"),
     "activation_checkpoint.memory_budget": (lambda v: 0 <= v <= 1, "0 <= memory_budget <= 1"),
     "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),
     "checkpoint.interval": (lambda v: v >= 1, ">= 1"),

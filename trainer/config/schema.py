@@ -77,9 +77,10 @@ class Parallelism:
     N > 1 = the next N in forward and the previous N in backward (more memory, more overlap when
     all-gathers are exposed, e.g. across nodes)."""
     fsdp_grad_sync: str = "every_micro_batch"
-    """With gradient accumulation: every_micro_batch (reduce-scatter after each micro-batch) or
+    """With gradient accumulation: every_micro_batch (reduce-scatter after each micro-batch),
     last_micro_batch (keep unsharded gradients in the reduce dtype until the last micro-batch, then
-    reduce once: fewer collectives and copies, one unsharded gradient copy more memory per rank)."""
+    reduce once: fewer collectives and copies, one unsharded gradient copy more memory per rank), or
+    every_N_micro_batches (the same, reducing after every N micro-batches and after the last)."""
     fsdp_reshard_after_backward: str = "every_micro_batch"
     """With gradient accumulation: every_micro_batch (free the unsharded parameters after each
     micro-batch's backward) or last_micro_batch (keep them until the step's last backward: the

@@ -14,6 +14,8 @@ already its exact share of the global mean: FSDP must sum, never average
 
 from __future__ import annotations
 
+import re
+
 import logging
 
 import torch
@@ -128,15 +130,17 @@ def set_prefetch(blocks: list[nn.Module], depth: int) -> None:
         block.set_modules_to_backward_prefetch(blocks[max(i - depth, 0):i][::-1])
 
 
-def _applies(key: str, model: nn.Module, cfg, grad_accum: int) -> bool:
-    """Whether parallelism.<key> = "last_micro_batch" has anything to act on (logged when not)."""
-    if getattr(cfg.parallelism, key) != "last_micro_batch":
+def _applies(key: str, model: nn.Module, cfg, grad_accum: int, active: bool | None = None) -> bool:
+    """Whether parallelism.<key> (an accumulation option, `active` unless it is "last_micro_batch")
+    has anything to act on (logged when not)."""
+    value = getattr(cfg.parallelism, key)
+    if not (value == "last_micro_batch" if active is None else active):
         return False
     why = ("one micro-batch per step (set training.global_batch_size above local_batch_size x dp to "
            "accumulate)" if grad_accum == 1 else
            "FSDP is not applied (one rank, fp32)" if not isinstance(model, FSDPModule) else None)
     if why:
-        logger.info("parallelism.%s = last_micro_batch has no effect: %s", key, why)
+        logger.info("parallelism.%s = %s has no effect: %s", key, value, why)
     return why is None
 
 
@@ -145,31 +149,41 @@ def _unsharded_gib(n_params: int, dims: ParallelDims, dtype: torch.dtype) -> flo
     return n_params // dims.tp * torch.finfo(dtype).bits / 8 / 1024**3
 
 
-def grad_sync_last_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int, n_params: int) -> bool:
-    """True when the trainer should reduce gradients only after the last micro-batch of a step.
+GRAD_SYNC_EVERY = re.compile(r"every_([1-9][0-9]*)_micro_batches")
 
-    With `parallelism.fsdp_grad_sync = "last_micro_batch"` and gradient accumulation, FSDP2 keeps each
-    unit's unsharded gradient (in the reduce dtype: fp32 by default, also for bf16 compute) from
-    one micro-batch to the next and reduce-scatters (HSDP: and all-reduces) once per step instead of
-    once per micro-batch. That saves grad_accum - 1 collectives and their copy-in per unit, and
-    costs one unsharded gradient copy per rank for the whole step.
+
+def grad_sync_interval(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int, n_params: int) -> int:
+    """How many micro-batches FSDP accumulates unsharded gradients over before one reduce-scatter
+    (HSDP: and all-reduce): 1 = after every micro-batch (the default).
+
+    `parallelism.fsdp_grad_sync` = "last_micro_batch" gives grad_accum (once per step),
+    "every_N_micro_batches" gives N (after micro-batches N, 2N, ... and always after the last).
+    Between reductions FSDP2 keeps each unit's unsharded gradient in the reduce dtype (fp32 by
+    default, also for bf16 compute): that saves the other reduce-scatters and their copy-in per unit
+    and costs one unsharded gradient copy per rank.
     """
-    if not _applies("fsdp_grad_sync", model, cfg, grad_accum):
-        return False
+    value = cfg.parallelism.fsdp_grad_sync
+    match = GRAD_SYNC_EVERY.fullmatch(value)
+    every = grad_accum if value == "last_micro_batch" else int(match.group(1)) if match else 1
+    every = min(every, grad_accum)
+    if not _applies("fsdp_grad_sync", model, cfg, grad_accum, active=every > 1):
+        return 1
     reduce = _dtype("mixed_precision_reduce", cfg.training.mixed_precision_reduce)
     if reduce == torch.bfloat16:
         # FSDP2 keeps the unsharded gradient between micro-batches in the reduce dtype, so the
         # micro-batches' gradients are summed in bf16, rounding at every add.
         logger.warning(
-            "parallelism.fsdp_grad_sync = last_micro_batch with training.mixed_precision_reduce = "
-            "bfloat16: the %d micro-batches' gradients are summed in bf16 (8 significant bits) before "
-            "the reduce. Set training.mixed_precision_reduce = float32 to accumulate in fp32, or use "
-            "fsdp_grad_sync = every_micro_batch (bf16 reduce, fp32 accumulation of the shards).", grad_accum)
+            "parallelism.fsdp_grad_sync = %s with training.mixed_precision_reduce = bfloat16: the "
+            "gradients of up to %d micro-batches are summed in bf16 (8 significant bits) before each "
+            "reduce. Set training.mixed_precision_reduce = float32 to accumulate in fp32, or use "
+            "fsdp_grad_sync = every_micro_batch (bf16 reduce, fp32 accumulation of the shards).",
+            value, every)
     logger.info(
-        "parallelism.fsdp_grad_sync = last_micro_batch: gradients stay unsharded in %s through the %d "
-        "micro-batches of a step (up to %.1f GiB per rank) and are reduced once per step",
-        str(reduce).removeprefix("torch."), grad_accum, _unsharded_gib(n_params, dims, reduce))
-    return True
+        "parallelism.fsdp_grad_sync = %s: gradients stay unsharded in %s for up to %d of the %d "
+        "micro-batches of a step (up to %.1f GiB per rank) and are reduced %d times per step",
+        value, str(reduce).removeprefix("torch."), every, grad_accum, _unsharded_gib(n_params, dims, reduce),
+        -(-grad_accum // every))
+    return every
 
 
 def reshard_after_last_backward_only(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int,
