@@ -17,6 +17,9 @@ from trainer.config.schema import JobConfig
 
 DTYPES = ("bfloat16", "float32")
 
+# parallelism.fsdp_grad_sync = "every_N_micro_batches" (besides every_micro_batch, last_micro_batch)
+GRAD_SYNC_EVERY = re.compile(r"every_([1-9][0-9]*)_micro_batches")
+
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.attention": ("sdpa", "triton", "thunderkittens"),
     "training.mixed_precision_param": DTYPES,
@@ -50,7 +53,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "parallelism.fsdp_prefetch": (lambda v: v >= 1, ">= 1 (1 = FSDP2's default: the next block)"),
     "parallelism.fsdp_grad_sync": (
         lambda v: v in ("every_micro_batch", "last_micro_batch") or
-        re.fullmatch(r"every_[1-9][0-9]*_micro_batches", v) is not None,
+        GRAD_SYNC_EVERY.fullmatch(v) is not None,
         "every_micro_batch, last_micro_batch or every_N_micro_batches (N >= 1, e.g. every_2_micro_batches)"),
     "activation_checkpoint.memory_budget": (lambda v: 0 <= v <= 1, "0 <= memory_budget <= 1"),
     "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),

@@ -14,14 +14,13 @@ already its exact share of the global mean: FSDP must sum, never average
 
 from __future__ import annotations
 
-import re
-
 import logging
 
 import torch
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from trainer.config.checks import GRAD_SYNC_EVERY
 from trainer.parallel.dims import ParallelDims
 
 logger = logging.getLogger("titankit")
@@ -147,9 +146,6 @@ def _applies(key: str, model: nn.Module, cfg, grad_accum: int, active: bool | No
 def _unsharded_gib(n_params: int, dims: ParallelDims, dtype: torch.dtype) -> float:
     """GiB of one unsharded copy of this rank's parameters (TP shards stay sharded)."""
     return n_params // dims.tp * torch.finfo(dtype).bits / 8 / 1024**3
-
-
-GRAD_SYNC_EVERY = re.compile(r"every_([1-9][0-9]*)_micro_batches")
 
 
 def grad_sync_interval(model: nn.Module, dims: ParallelDims, cfg, grad_accum: int, n_params: int) -> int:
