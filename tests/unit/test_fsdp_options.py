@@ -78,3 +78,10 @@ def test_unknown_value_names_the_key_and_the_choices(key, value):
         load_config([f"--parallelism.{key}={value}"])
     assert f"parallelism.{key}" in str(err.value)
     assert "last_micro_batch" in str(err.value)
+
+
+def test_a_typo_of_fsdp_grad_sync_gets_a_suggestion():
+    from trainer.config import load_config
+
+    with pytest.raises(Exception, match="did you mean 'last_micro_batch'"):
+        load_config(["--parallelism.fsdp_grad_sync=last_microbatch"])

@@ -79,6 +79,12 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# Values a typo of a RANGES key most likely meant (for "did you mean").
+LIKELY: dict[str, tuple[str, ...]] = {
+    "parallelism.fsdp_grad_sync": ("every_micro_batch", "last_micro_batch", "every_2_micro_batches"),
+}
+
+
 def get_value(cfg: JobConfig, key: str) -> Any:
     section, name = key.split(".")
     return getattr(getattr(cfg, section), name)
@@ -102,7 +108,8 @@ def check_values(cfg: JobConfig) -> None:
         if isinstance(value, float) and value != value:  # NaN passes no range check
             raise fail(cfg, key, f"must be a number: {valid}")
         if not ok(value):
-            raise fail(cfg, key, f"must be {valid}")
+            hint = suggest(str(value), list(LIKELY[key])) if key in LIKELY else None
+            raise fail(cfg, key, f"must be {valid}" + (f" (did you mean {hint!r}?)" if hint else ""))
     if cfg.parallelism.enable_async_tensor_parallel and not cfg.compile.enable:
         raise fail(cfg, "parallelism.enable_async_tensor_parallel",
                    "async TP is done by the compiler; set compile.enable = true as well, "
