@@ -245,4 +245,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without the interpreter's teardown: on 2 CPU cores a gloo thread still being destroyed
+    # there aborted a rank ("terminate called without an active exception") after a complete run
+    # whose table was already printed and written (CI, 2026-12-01; tests/kernels/test_rmsnorm.py
+    # saw the same). Everything this script produces is out by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
