@@ -17,7 +17,8 @@ from trainer.config.schema import JobConfig
 
 DTYPES = ("bfloat16", "float32")
 
-# parallelism.fsdp_grad_sync = "every_N_micro_batches" (besides every_micro_batch, last_micro_batch)
+# parallelism.fsdp_grad_sync: one of these names, or "every_N_micro_batches"
+GRAD_SYNC_NAMES = ("every_micro_batch", "last_micro_batch")
 GRAD_SYNC_EVERY = re.compile(r"every_([1-9][0-9]*)_micro_batches")
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -52,8 +53,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "'op' or a positive integer N as a string (checkpoint every N-th block)"),
     "parallelism.fsdp_prefetch": (lambda v: v >= 1, ">= 1 (1 = FSDP2's default: the next block)"),
     "parallelism.fsdp_grad_sync": (
-        lambda v: v in ("every_micro_batch", "last_micro_batch") or
-        GRAD_SYNC_EVERY.fullmatch(v) is not None,
+        lambda v: v in GRAD_SYNC_NAMES or GRAD_SYNC_EVERY.fullmatch(v) is not None,
         "every_micro_batch, last_micro_batch or every_N_micro_batches (N >= 1, e.g. every_2_micro_batches)"),
     "activation_checkpoint.memory_budget": (lambda v: 0 <= v <= 1, "0 <= memory_budget <= 1"),
     "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),
@@ -81,7 +81,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 # Values a typo of a RANGES key most likely meant (for "did you mean").
 LIKELY: dict[str, tuple[str, ...]] = {
-    "parallelism.fsdp_grad_sync": ("every_micro_batch", "last_micro_batch", "every_2_micro_batches"),
+    "parallelism.fsdp_grad_sync": (*GRAD_SYNC_NAMES, "every_2_micro_batches"),
 }
 
 

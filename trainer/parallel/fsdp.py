@@ -129,12 +129,12 @@ def set_prefetch(blocks: list[nn.Module], depth: int) -> None:
         block.set_modules_to_backward_prefetch(blocks[max(i - depth, 0):i][::-1])
 
 
-def _applies(key: str, model: nn.Module, cfg, grad_accum: int, active: bool | None = None) -> bool:
-    """Whether parallelism.<key> (an accumulation option, `active` unless it is "last_micro_batch")
-    has anything to act on (logged when not)."""
-    value = getattr(cfg.parallelism, key)
-    if not (value == "last_micro_batch" if active is None else active):
+def _applies(key: str, active: bool, model: nn.Module, cfg, grad_accum: int) -> bool:
+    """Whether parallelism.<key>, an accumulation option set to something other than its default
+    (`active`), has anything to act on (logged when not)."""
+    if not active:
         return False
+    value = getattr(cfg.parallelism, key)
     why = ("one micro-batch per step (set training.global_batch_size above local_batch_size x dp to "
            "accumulate)" if grad_accum == 1 else
            "FSDP is not applied (one rank, fp32)" if not isinstance(model, FSDPModule) else None)
@@ -162,7 +162,7 @@ def grad_sync_interval(model: nn.Module, dims: ParallelDims, cfg, grad_accum: in
     match = GRAD_SYNC_EVERY.fullmatch(value)
     every = grad_accum if value == "last_micro_batch" else int(match.group(1)) if match else 1
     every = min(every, grad_accum)
-    if not _applies("fsdp_grad_sync", model, cfg, grad_accum, active=every > 1):
+    if not _applies("fsdp_grad_sync", every > 1, model, cfg, grad_accum):
         return 1
     reduce = _dtype("mixed_precision_reduce", cfg.training.mixed_precision_reduce)
     if reduce == torch.bfloat16:
@@ -188,7 +188,8 @@ def reshard_after_last_backward_only(model: nn.Module, dims: ParallelDims, cfg, 
     next and free them only after the step's last backward (`parallelism.fsdp_reshard_after_backward
     = "last_micro_batch"`). The optimizer must only ever see them resharded: the unsharded copy is
     an all-gather output that the step does not update, so the last micro-batch always reshards."""
-    if not _applies("fsdp_reshard_after_backward", model, cfg, grad_accum):
+    active = cfg.parallelism.fsdp_reshard_after_backward == "last_micro_batch"
+    if not _applies("fsdp_reshard_after_backward", active, model, cfg, grad_accum):
         return False
     param = _dtype("mixed_precision_param", cfg.training.mixed_precision_param)
     extra = "no extra peak memory" if cfg.parallelism.fsdp_reshard_after_forward == "never" else (
