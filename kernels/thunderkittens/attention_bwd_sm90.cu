@@ -1,11 +1,11 @@
 // Attention backward for Hopper (sm_90a) on ThunderKittens tiles: the FlashAttention-2 backward
 // (Dao 2023, Alg. 2) with FlashAttention-3's structure (Shah et al. 2024), bf16 gradients.
 //
-// Three kernels, all on `stream`, no host synchronisation:
+// Kernels, all on `stream`, no host synchronisation:
 //   1. prep: delta = rowsum(dO * O) (- dlse, the gradient flowing into lse, when given: it adds
 //      dlse * P to dS) and lse2 = lse * log2(e) into (B, Hq, Sp) buffers (Sp = Sq
-//      rounded up to 64; padded rows get delta 0, lse2 +inf, so their P is exactly 0), and zero the
-//      fp32 dQ accumulator.
+//      rounded up to 64; padded rows get delta 0, lse2 +inf, so their P is exactly 0); a memset
+//      zeroes the fp32 dQ accumulator.
 //   2. main: CTA = one (KV head, batch, block of 128 keys); 3 warpgroups. The producer loads K, V
 //      once, then streams (Q, dO, lse2, delta) tiles of 64 queries for every query head of the GQA
 //      group and every query tile the keys can see (causal: from the diagonal on) through a 2-stage
@@ -14,27 +14,23 @@
 //         S^T = K Q^T, dP^T = V dO^T                      (wgmma from shared memory)
 //         P^T = exp2(S^T * scale * log2e - lse2), dS^T = P^T * (dP^T - delta)
 //         dV += P^T dO, dK += dS^T Q                       (wgmma, P^T / dS^T from registers)
-//      dS^T goes to shared memory (double buffered, handed over with mbarriers); one iteration
-//      later each consumer computes half of dQ's columns, dQ[:, half] = dS K[:, half] (D = 64:
-//      consumer 0 does all), and adds it to the fp32 accumulator with a TMA reduce-add
-//      (cp.reduce.async.bulk .add).
+//      dS^T goes to shared memory (double buffered, handed over with mbarriers). dQ needs both
+//      consumers' dS^T, so each consumer computes half of dQ's columns one iteration later,
+//      dQ[:, half] = dS K[:, half] (D = 64: consumer 0 does all), issuing those wgmmas before the
+//      iteration's dV / dK ones: once they retired, it writes dQ to a staging block in its
+//      register order and adds the block to the fp32 accumulator with one bulk reduce-add
+//      (cp.reduce.async.bulk .add) while dV / dK still run (see dq_block for the layout).
 //      dK (times the softmax scale) and dV leave as bf16 through TMA stores.
-//   3. dq = bf16(dq_acc * scale).
+//   3. dq = bf16(dq_acc * scale), putting the blocks' rows and columns back in place.
 // dQ's accumulator is not bitwise deterministic (the order of the reduce-adds varies).
 //
-// Variant DQ_RED (attn_bwd's variant = 1, opt-in): dQ goes from the registers straight to the fp32
-// accumulator with vector reductions (red.global.add.v2.f32, 16 per thread per iteration) instead
-// of stmatrix into a staging tile, a fence, two warpgroup barriers and a TMA reduce-add. Why: at
-// 64 x 64 tiles three of the five wgmmas read both operands from shared memory, which puts the
-// kernel near the SM's 128 B/clock shared-memory bandwidth; the staging tile's write plus the TMA's
-// read are 64 KiB of a CTA iteration's ~370 KiB of shared-memory traffic, and the barriers make the
-// warpgroup wait for its slowest warp every iteration.
-//
-// Where the time goes (docs/benchmarks.md section 4a, with the patches of the experiments): dQ is a
-// fifth of the FLOPs but about a third of the time. Its reduce-adds and the Q / dO loads miss L2
-// far more often than cuDNN's, but an order that fixed that (94% hits) left the time unchanged: the
-// limit is the schedule (dQ wgmmas, wait for all, staging, then the next S^T / dP^T). Both orders
-// tried that overlap those steps spilled registers and ran slower. (A wgmma's asm reads its
+// Why this schedule (docs/benchmarks.md sections 4a and 4b): dQ is a fifth of the FLOPs, but when
+// each consumer waited for all its wgmmas before staging dQ (a swizzled fp32 tile: 32 scalar
+// stores and their address arithmetic per thread) and only then started the next S^T / dP^T, dQ
+// took a third of the time. The register-order block (eight 16-byte stores) and the dQ-first
+// order overlap the staging with dV / dK within the 240 registers; orders that also overlap the
+// next S^T / dP^T need their 64 accumulator registers beside dK, dV, P^T and dS^T and spill, and
+// dV issued between S^T's and dP^T's waits measured slower. (A wgmma's asm reads its
 // accumulator, "+f", so a tile declared outside a loop stays live unless zeroed before its wgmma.)
 #include "attention_common.cuh"
 #include "tk_kernels.h"
@@ -59,6 +55,8 @@ template <int D>
 struct bwd_cfg {
     static constexpr bool SPLIT_DQ = D == 128;  // each consumer computes 64 of dQ's 128 columns
     static constexpr int DQ_COLS = SPLIT_DQ ? D / 2 : D;
+    static constexpr int DQ_PARTS = D / DQ_COLS;
+    static constexpr int DQ_BLOCK = BWD_Q * DQ_COLS;  // floats of one dQ block (16 KiB)
     using q_tile = seq_tile<BWD_Q, D>;
     using kv_tile = seq_tile<BWD_KV, D>;
     using ds_tile = st_bf<BWD_KV, BWD_Q>;  // dS^T: keys x queries
@@ -82,9 +80,10 @@ template <int D>
 struct bwd_globals {
     typename bwd_cfg<D>::q_gl q, dout;
     typename bwd_cfg<D>::kv_gl k, v, dk, dv;
-    typename bwd_cfg<D>::dq_gl dq_acc, dk_acc, dv_acc;  // dk_acc, dv_acc: split > 1 only
+    typename bwd_cfg<D>::dq_gl dk_acc, dv_acc;  // split > 1 only
     typename bwd_cfg<D>::vec_gl lse2, delta;
-    int sq, skv, group, split;  // split: CTAs sharing one (KV head, key block), see kv_split
+    float* dq_acc;  // fragment-ordered blocks, see dq_block
+    int sq, skv, hq, group, split;  // split: CTAs sharing one (KV head, key block), see kv_split
 };
 
 // How many CTAs share the query heads of one (KV head, key block). One CTA per pair leaves SMs idle
@@ -103,12 +102,11 @@ inline int kv_split(int b, int hq, int hkv, int skv, int sms) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 1. delta, lse2, zeroed dQ accumulator. One row (b, s, h) per 8 threads, D / 8 elements each.
+// 1. delta and lse2. One row (b, s, h) per 8 threads, D / 8 elements each.
 template <int D>
 __global__ void prep_kernel(const bf16* __restrict__ dout, const bf16* __restrict__ out,
                             const float* __restrict__ lse, const float* __restrict__ dlse,
-                            float* __restrict__ delta,
-                            float* __restrict__ lse2, float* __restrict__ dq_acc, int b, int sq,
+                            float* __restrict__ delta, float* __restrict__ lse2, int b, int sq,
                             int sp, int hq) {
     constexpr int PER = D / 8;  // 16 (D = 128) or 8 (D = 64) elements per thread
     const long row = (long)blockIdx.x * (blockDim.x / 8) + threadIdx.x / 8;  // over (b, s, h), s < Sp
@@ -133,9 +131,6 @@ __global__ void prep_kernel(const bf16* __restrict__ dout, const bf16* __restric
                 acc += af.x * of.x + af.y * of.y;
             }
         }
-        float4* dq = reinterpret_cast<float4*>(dq_acc + off);
-#pragma unroll
-        for (int i = 0; i < PER / 4; i++) dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
@@ -164,28 +159,35 @@ __device__ inline void load_cols(RV& dst, const SV& src) {
     }
 }
 
-// dQ partial of this warp (16 queries x 16 * width columns, fp32) added into dq_acc (B, Sq, Hq, D)
-// at query tile qt, head h, first column col0; rows past Sq are dropped (TMA would clip them).
-template <int D, typename RT>
-__device__ inline void red_dq(float* acc, const RT& dq, int b, int sq, int hq, int qt, int h,
-                              int col0) {
-    const int row0 = qt * BWD_Q + warpgroup::warpid() * 16;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int row = row0 + frag_row(k);
-        if (row >= sq) continue;
-        float* p = acc + (((size_t)b * sq + row) * hq + h) * D + col0 + frag_col(k);
-#pragma unroll
-        for (int j = 0; j < RT::width; j++) {
-            const float2 v = dq.tiles[0][j].data[k];
-            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p + 16 * j), "f"(v.x),
-                         "f"(v.y)
-                         : "memory");
-        }
-    }
+// The fp32 dQ accumulator is a sequence of blocks, one per (b, h, query tile, column part):
+// block ((b * Hq + h) * n_qt + qt) * DQ_PARTS + part holds the 64 x DQ_COLS partial in the order
+// the consumer warpgroup's registers hold it: float4 m of thread t (0..127) at m * 128 + t. So a
+// consumer writes its partial with eight conflict-free 16-byte stores per thread (an st_fl tile
+// took 32 scalar swizzled stores and their address arithmetic) and adds it with one contiguous
+// bulk reduce-add; the conversion kernel puts rows and columns back in place (dq_block_coords).
+template <int D>
+__device__ inline size_t dq_block(int b, int h, int qt, int part, int hq, int n_qt) {
+    return ((((size_t)b * hq + h) * n_qt + qt) * bwd_cfg<D>::DQ_PARTS + part) *
+           bwd_cfg<D>::DQ_BLOCK;
 }
 
-template <int D, bool CAUSAL, bool DQ_RED>
+// Float4 m of this thread's 16 x DQ_COLS fp32 fragment: pairs data[2 (m % 2)] and
+// data[2 (m % 2) + 1] of 16 x 16 subtile m / 2, i.e. rows r and r + 8, columns c, c + 1.
+template <typename RT>
+__device__ inline float4 dq_float4(const RT& dq, int m) {
+    const float2 lo = dq.tiles[0][m / 2].data[2 * (m % 2)];
+    const float2 hi = dq.tiles[0][m / 2].data[2 * (m % 2) + 1];
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// Row and first column inside a dQ block of float4 m of consumer thread t: elements 0, 1 sit at
+// (row, col), (row, col + 1), elements 2, 3 at (row + 8, col), (row + 8, col + 1).
+__device__ inline int2 dq_block_coords(int m, int t) {
+    const int lane = t % 32;
+    return {(t / 32) * 16 + lane / 4, (m / 2) * 16 + (m % 2) * 8 + 2 * (lane % 4)};
+}
+
+template <int D, bool CAUSAL>
 __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_constant__ bwd_globals<D> g) {
     using C = bwd_cfg<D>;
     using q_tile = typename C::q_tile;
@@ -262,38 +264,55 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     wait(kv_full, 0);
 
     // dQ of iteration `it` needs both consumers' halves of dS^T. It is issued one iteration later,
-    // after this consumer's own dV/dK wgmmas, so the consumers hand dS^T over through mbarriers
-    // (ds_full / ds_free, double buffered) and never wait in lockstep for each other's softmax.
-    auto dq_step = [&](int it) {
+    // so the consumers hand dS^T over through mbarriers (ds_full / ds_free, double buffered) and
+    // never wait in lockstep for each other's softmax.
+    const int part = C::SPLIT_DQ ? wg : 0;          // dQ column part of this consumer
+    const bool has_dq = C::SPLIT_DQ || wg == 0;     // D = 64: consumer 1 computes no dQ
+    using dq_rt = rt_fl<16, C::DQ_COLS>;
+    // dQ[:, cols] of iteration `it` = dS K[:, cols] = sum over the two key halves of
+    // (dS^T half)^T K half: it needs both consumers' dS^T of that iteration.
+    auto dq_mma = [&](int it, dq_rt& dq) {
         const int buf = it % 2;
+        warpgroup::mm_AtB(dq, ds_s[buf][0], k_s[0].template subtile<C::DQ_COLS>(part));
+        warpgroup::mma_AtB(dq, ds_s[buf][1], k_s[1].template subtile<C::DQ_COLS>(part));
+    };
+    // Once dq's wgmmas retired: free the dS^T buffer, add dq into its accumulator block.
+    auto dq_add = [&](int it, const dq_rt& dq) {
         const int h = h0 + it / per_head, qt = qt_first + it % per_head;
-        wait(ds_full[buf], (it / 2) & 1);
-        if (C::SPLIT_DQ || wg == 0) {
-            // dQ[:, cols] = dS K[:, cols] = sum over the two key halves of (dS^T half)^T K half.
-            rt_fl<16, C::DQ_COLS> dq;
-            const int part = C::SPLIT_DQ ? wg : 0;
-            warpgroup::mm_AtB(dq, ds_s[buf][0], k_s[0].template subtile<C::DQ_COLS>(part));
-            warpgroup::mma_AtB(dq, ds_s[buf][1], k_s[1].template subtile<C::DQ_COLS>(part));
-            if constexpr (DQ_RED) {
-                warpgroup::mma_async_wait();  // also retires this iteration's dV / dK wgmmas
-                warp::arrive(ds_free[buf]);
-                red_dq<D>(g.dq_acc.raw_ptr, dq, b, g.sq, g.dq_acc.rows(), qt, h,
-                          part * C::DQ_COLS);
-                return;
-            }
-            if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();  // staging tile free
-            warpgroup::sync(wg + 1);
+        const int t = warpgroup::laneid();  // 0..127
+        float* acc = g.dq_acc + dq_block<D>(b, h, qt, part, g.hq, n_qt);
+        warp::arrive(ds_free[it % 2]);
+        const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[wg]));
+        if (t == 0) tma::store_async_read_wait<0>();  // staging block free
+        warpgroup::sync(wg + 1);
+#pragma unroll
+        for (int m = 0; m < C::DQ_BLOCK / 512; m++) {
+            const float4 v = dq_float4(dq, m);
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                             stage + 16 * (m * 128 + t)),
+                         "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                         : "memory");
+        }
+        detail::fence_async_shared();
+        warpgroup::sync(wg + 1);
+        if (t == 0) {
+            asm volatile(
+                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                "cp.async.bulk.commit_group;\n" ::"l"(acc),
+                "r"(stage), "n"(C::DQ_BLOCK * 4)
+                : "memory");
+        }
+    };
+    // The last iteration's dQ step, after the loop (no dV / dK wgmmas left to overlap).
+    auto dq_step = [&](int it) {
+        wait(ds_full[it % 2], (it / 2) & 1);
+        if (has_dq) {
+            dq_rt dq;
+            dq_mma(it, dq);
             warpgroup::mma_async_wait();  // also retires this iteration's dV / dK wgmmas
-            warp::arrive(ds_free[buf]);
-            warpgroup::store(dq_s[wg], dq);
-            detail::fence_async_shared();
-            warpgroup::sync(wg + 1);
-            if (warpgroup::laneid() == 0) {
-                tma::store_add_async<dim::DEPTH, cache_policy::NORMAL>(
-                    g.dq_acc, dq_s[wg], coord<dq_tile>(b, qt, h, part));
-            }
+            dq_add(it, dq);
         } else {
-            warp::arrive(ds_free[buf]);  // D = 64: consumer 1 computes no dQ
+            warp::arrive(ds_free[it % 2]);
         }
     };
 
@@ -312,8 +331,16 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warpgroup::mma_async_wait();
 
         // P^T = exp2(S^T * scale * log2e - lse2): padded queries have lse2 = +inf -> 0.
-        warp::mul(st, st, sl2);
-        warp::sub_col(st, st, lse2);
+#pragma unroll
+        for (int j = 0; j < BWD_Q / 16; j++) {  // one FFMA per element (mul + sub_col took two)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float2& v = st.tiles[0][j].data[k];
+                const float2 l = lse2.data[j][k / 2];
+                v.x = fmaf(v.x, sl2, -l.x);
+                v.y = fmaf(v.y, sl2, -l.y);
+            }
+        }
         if ((CAUSAL && q0 < krow0 + 15) || kv_tail) {
             // Transposed mask: row = key, column = query; hide key > query and keys past Skv.
 #pragma unroll
@@ -330,19 +357,33 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warp::exp2(st, st);
         warp::sub_col(dpt, dpt, delta);
         warp::mul(dpt, dpt, st);  // dS^T = P^T * (dP^T - delta)
-
         rt_bf<16, BWD_Q> p_bf, ds_bf;
         warp::copy(p_bf, st);
         warp::copy(ds_bf, dpt);
-        warpgroup::mma_AB(dv, p_bf, do_s[s]);  // dV += P^T dO
-        warpgroup::mma_AB(dk, ds_bf, q_s[s]);  // dK += dS^T Q
+        auto dv_dk = [&] {
+            warpgroup::mma_AB(dv, p_bf, do_s[s]);  // dV += P^T dO
+            warpgroup::mma_AB(dk, ds_bf, q_s[s]);  // dK += dS^T Q
+        };
+
         // dS^T into its buffer once both consumers' dQ wgmmas of iteration it - 2 read it.
         if (it >= 2) wait(ds_free[buf], ((it - 2) / 2) & 1);
         warpgroup::store(ds_s[buf][wg], ds_bf);
         detail::fence_async_shared();
         __syncwarp();  // the whole warp's stores and fences before lane 0's (release) arrival
         warp::arrive(ds_full[buf]);
-        if (it >= 1) dq_step(it - 1);
+        // The previous iteration's dQ wgmmas go first; once they retired, dQ is staged and added
+        // while this iteration's dV and dK wgmmas run (registers: dQ, P^T, dS^T, dK, dV).
+        if (it >= 1) wait(ds_full[(it - 1) % 2], ((it - 1) / 2) & 1);
+        if (it >= 1 && has_dq) {
+            dq_rt dq;
+            dq_mma(it - 1, dq);
+            dv_dk();
+            warpgroup::mma_async_wait<2>();  // dQ's two groups retired, dV and dK may run
+            dq_add(it - 1, dq);
+        } else {
+            if (it >= 1) warp::arrive(ds_free[(it - 1) % 2]);
+            dv_dk();
+        }
         warpgroup::mma_async_wait();
         warp::arrive(qo_free[s]);  // this warp no longer reads Q, dO, lse2, delta of the stage
     }
@@ -385,13 +426,52 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3. dq = bf16(dq_acc * scale) (and dk, dv from their accumulators when split > 1).
-__global__ void dq_convert_kernel(const float4* __restrict__ acc, bf16_2* __restrict__ dq, long n4,
-                                  float scale) {
+// 3. dq = bf16(dq_acc * scale), one CTA per dQ block: its fragment-ordered floats are read
+// coalesced, put back by row and column in shared memory, and leave as 128-byte bf16 row pieces.
+template <int D>
+__global__ __launch_bounds__(256) void dq_block_convert_kernel(const float4* __restrict__ acc,
+                                                               bf16* __restrict__ dq, int sq,
+                                                               int hq, int n_qt, float scale) {
+    using C = bwd_cfg<D>;
+    static_assert(C::DQ_COLS == 64, "four threads per 64-column row below");
+    __shared__ float tile[BWD_Q][C::DQ_COLS + 1];  // + 1: fewer bank conflicts on the scatter
+    const long blk = blockIdx.x;
+    const int part = blk % C::DQ_PARTS;
+    const long tile_id = blk / C::DQ_PARTS;  // (b * Hq + h) * n_qt + qt
+    const int qt = tile_id % n_qt, h = (tile_id / n_qt) % hq;
+    const long b = tile_id / ((long)n_qt * hq);
+    const float4* src = acc + blk * (C::DQ_BLOCK / 4);
+    for (int i = threadIdx.x; i < C::DQ_BLOCK / 4; i += blockDim.x) {
+        const float4 v = src[i];
+        const int2 rc = dq_block_coords(i / 128, i % 128);
+        tile[rc.x][rc.y] = v.x;
+        tile[rc.x][rc.y + 1] = v.y;
+        tile[rc.x + 8][rc.y] = v.z;
+        tile[rc.x + 8][rc.y + 1] = v.w;
+    }
+    __syncthreads();
+    const int r = threadIdx.x / 4, c0 = (threadIdx.x % 4) * 16;
+    const int row = qt * BWD_Q + r;
+    if (row >= sq) return;  // padded query rows (their partials are zero)
+    alignas(16) bf16_2 vals[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        vals[j] = __floats2bfloat162_rn(tile[r][c0 + 2 * j] * scale,
+                                        tile[r][c0 + 2 * j + 1] * scale);
+    }
+    uint4* dst =
+        reinterpret_cast<uint4*>(dq + ((b * sq + row) * hq + h) * D + part * C::DQ_COLS + c0);
+    dst[0] = reinterpret_cast<const uint4*>(vals)[0];
+    dst[1] = reinterpret_cast<const uint4*>(vals)[1];
+}
+
+// dk, dv = bf16(acc * scale) from their (B, Skv, Hkv, D) fp32 accumulators when split > 1.
+__global__ void acc_convert_kernel(const float4* __restrict__ acc, bf16_2* __restrict__ out,
+                                   long n4, float scale) {
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
         const float4 v = acc[i];
-        dq[2 * i] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
-        dq[2 * i + 1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
+        out[2 * i] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
+        out[2 * i + 1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
     }
 }
 
@@ -399,7 +479,7 @@ template <int D>
 void run_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
              const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
              float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq, int hkv,
-             bool causal, bool dq_red, cudaStream_t stream) {
+             bool causal, cudaStream_t stream) {
     using C = bwd_cfg<D>;
     const int sp = padded_len(sq);
     const int split = kv_split(b, hq, hkv, skv, detail::num_sms());
@@ -410,13 +490,17 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
         detail::check_cuda(cudaMemsetAsync(dkv_acc, 0, 2 * kv_elems * sizeof(float), stream),
                            "attention backward dK/dV accumulator zeroing");
     }
+    const int n_qt = sp / BWD_Q;
+    const long dq_blocks = (long)b * hq * n_qt * C::DQ_PARTS;
+    detail::check_cuda(cudaMemsetAsync(dq_acc, 0, dq_blocks * C::DQ_BLOCK * sizeof(float), stream),
+                       "attention backward dQ accumulator zeroing");
     {
         const long rows = (long)b * sp * hq;
         const int threads = 256;
         const long blocks = (rows * 8 + threads - 1) / threads;
         prep_kernel<D><<<(unsigned)blocks, threads, 0, stream>>>(
             reinterpret_cast<const bf16*>(dout), reinterpret_cast<const bf16*>(out), lse, dlse,
-            delta, lse2, dq_acc, b, sq, sp, hq);
+            delta, lse2, b, sq, sp, hq);
         detail::check_cuda(cudaGetLastError(), "attention backward prep launch");
     }
     // fp32 (B, Skv, Hkv, D) dK / dV accumulators; with split == 1 they are never touched and only
@@ -431,30 +515,30 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
                      make_bshd<typename C::kv_gl>(v, b, skv, hkv, D),
                      make_bshd<typename C::kv_gl>(dk, b, skv, hkv, D),
                      make_bshd<typename C::kv_gl>(dv, b, skv, hkv, D),
-                     typename C::dq_gl{dq_acc, (size_t)b, (size_t)sq, (size_t)hq, (size_t)D},
                      acc_gl(split > 1 ? dkv_acc : dq_acc),
                      acc_gl(split > 1 ? dkv_acc + kv_elems : dq_acc),
                      typename C::vec_gl{lse2, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
                      typename C::vec_gl{delta, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
-                     sq, skv, hq / hkv, split};
+                     dq_acc, sq, skv, hq, hq / hkv, split};
     dim3 grid(hkv * split, b, (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK);
     auto launch = [&](auto kernel) {
         detail::set_smem(kernel, C::SMEM);
         kernel<<<grid, BWD_THREADS, C::SMEM, stream>>>(g);
     };
-    if (causal && dq_red) launch(bwd_kernel<D, true, true>);
-    else if (causal) launch(bwd_kernel<D, true, false>);
-    else if (dq_red) launch(bwd_kernel<D, false, true>);
-    else launch(bwd_kernel<D, false, false>);
+    if (causal) launch(bwd_kernel<D, true>);
+    else launch(bwd_kernel<D, false>);
     detail::check_cuda(cudaGetLastError(), "attention backward launch");
+    dq_block_convert_kernel<D><<<(unsigned)dq_blocks, 256, 0, stream>>>(
+        reinterpret_cast<const float4*>(dq_acc), reinterpret_cast<bf16*>(dq), sq, hq, n_qt,
+        1.f / std::sqrt((float)D));
+    detail::check_cuda(cudaGetLastError(), "attention backward dQ conversion launch");
     auto convert = [&](const float* acc, void* out, long n, float scale) {
         const long n4 = n / 4;  // D is a multiple of 4
         const int blocks = (int)std::min<long>((n4 + 255) / 256, 65535L * 4);
-        dq_convert_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(acc),
-                                                       reinterpret_cast<bf16_2*>(out), n4, scale);
+        acc_convert_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(acc),
+                                                        reinterpret_cast<bf16_2*>(out), n4, scale);
         detail::check_cuda(cudaGetLastError(), "attention backward conversion launch");
     };
-    convert(dq_acc, dq, (long)b * sq * hq * D, 1.f / std::sqrt((float)D));
     if (split > 1) {
         convert(dkv_acc, dk, (long)kv_elems, 1.f);
         convert(dkv_acc + kv_elems, dv, (long)kv_elems, 1.f);
@@ -472,20 +556,17 @@ int attn_bwd_kv_split(int b, int hq, int hkv, int skv) {
 void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
               const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
               float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
-              int hkv, int d, bool causal, int variant, cudaStream_t stream) {
-    detail::require(variant == ATTN_BWD_DEFAULT || variant == ATTN_BWD_DQ_RED,
-                    "attention backward: unknown variant " + std::to_string(variant));
-    const bool dq_red = variant == ATTN_BWD_DQ_RED;
+              int hkv, int d, bool causal, cudaStream_t stream) {
     detail::require(b > 0 && sq > 0 && skv > 0 && hq > 0 && hkv > 0, "attention: empty shape");
     detail::require(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
     detail::require(!causal || sq == skv, "attention: causal needs Sq == Skv");
     detail::require(b <= 65535 && hkv <= 65535, "attention: batch or heads too large for the grid");
     if (d == 128)
         attn::run_bwd<128>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk,
-                           dv, b, sq, skv, hq, hkv, causal, dq_red, stream);
+                           dv, b, sq, skv, hq, hkv, causal, stream);
     else if (d == 64)
         attn::run_bwd<64>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk,
-                          dv, b, sq, skv, hq, hkv, causal, dq_red, stream);
+                          dv, b, sq, skv, hq, hkv, causal, stream);
     else detail::require(false, "attention: head dim must be 64 or 128");
 }
 

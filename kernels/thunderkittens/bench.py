@@ -21,7 +21,6 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from kernels.scoped_env import scoped_env
 
 ATTN_SHAPES = {  # name -> (B, Hq, Hkv, S, D)
     "anchor": (1, 64, 8, 8192, 128),
@@ -57,9 +56,7 @@ def _attention_impls() -> dict:
 
     tk = lambda q, k, v: ops.attention(q, k, v, causal=True)  # noqa: E731
     return {
-        # Every backward variant of ops.BWD_VARIANTS gets its own row (TITANKIT_TK_BWD_VARIANT).
         "thunderkittens": tk,
-        **{f"thunderkittens bwd {n}": tk for n in ops.BWD_VARIANTS if n != "default"},
         "sdpa cudnn": cudnn,
         "triton": lambda q, k, v: attention(q, k, v, causal=True, backend="triton"),
     }
@@ -78,14 +75,11 @@ def attention_rows(name: str, shape: tuple) -> list[str]:
     rows = []
     for impl, fn in impls.items():
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        # The plain "thunderkittens" row pins the default even when the caller's shell sets one.
-        variant = impl.split(" bwd ")[1] if " bwd " in impl else "default"
         try:
-            with scoped_env("TITANKIT_TK_BWD_VARIANT", variant), torch.no_grad():
+            with torch.no_grad():
                 err = (fn(q, k, v).float() - ref).abs().max().item()
                 fwd = _time(lambda: fn(q, k, v))
-            with scoped_env("TITANKIT_TK_BWD_VARIANT", variant):
-                both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
+            both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
         except (RuntimeError, ValueError) as e:  # a backend that cannot run here: say why
             rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:80]} | | | | |")
             continue

@@ -44,7 +44,7 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
               const std::optional<torch::Tensor>& dlse, torch::Tensor& delta, torch::Tensor& lse2,
               torch::Tensor& dq_acc, const std::optional<torch::Tensor>& dkv_acc,
               torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv, bool causal,
-              int64_t variant, int64_t stream) {
+              int64_t stream) {
     for (auto [t, n] : {std::pair{&dout, "dout"}, {&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
                         {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
         check(*t, n, at::kBFloat16);
@@ -59,7 +59,7 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
     }
     const int sp = titankit_tk::attn_bwd_padded_len(dim(q, 1));
     TORCH_CHECK(delta.numel() == q.size(0) * q.size(2) * sp && lse2.numel() == delta.numel() &&
-                    dq_acc.numel() == q.numel(),
+                    dq_acc.numel() == q.size(0) * q.size(2) * sp * q.size(3),
                 "titankit thunderkittens: attention backward workspace has the wrong size");
     titankit_tk::attn_bwd(dout.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
                           out.data_ptr(), lse.data_ptr<float>(),
@@ -67,8 +67,7 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
                           lse2.data_ptr<float>(), dq_acc.data_ptr<float>(),
                           dkv_acc ? dkv_acc->data_ptr<float>() : nullptr, dq.data_ptr(),
                           dk.data_ptr(), dv.data_ptr(), dim(q, 0), dim(q, 1), dim(k, 1),
-                          dim(q, 2), dim(k, 2), dim(q, 3), causal, static_cast<int>(variant),
-                          as_stream(stream));
+                          dim(q, 2), dim(k, 2), dim(q, 3), causal, as_stream(stream));
 }
 
 std::tuple<int64_t, int64_t> fp8_gemm_rowwise_workspace(int64_t m, int64_t n, int64_t k) {
@@ -113,8 +112,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("attn_bwd", &attn_bwd, "attention backward into (dq, dk, dv)");
     m.def("attn_bwd_padded_len", &titankit_tk::attn_bwd_padded_len,
           "length of the backward's per-row workspace for Sq queries");
-    m.attr("ATTN_BWD_DEFAULT") = titankit_tk::ATTN_BWD_DEFAULT;
-    m.attr("ATTN_BWD_DQ_RED") = titankit_tk::ATTN_BWD_DQ_RED;
     m.def("attn_bwd_kv_split", &titankit_tk::attn_bwd_kv_split,
           "CTAs per (KV head, key block) of the backward; > 1 needs the dkv_acc workspace");
     m.def("fp8_gemm_rowwise_workspace", &fp8_gemm_rowwise_workspace,

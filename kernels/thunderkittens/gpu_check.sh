@@ -7,8 +7,7 @@
 #
 # THUNDERKITTENS_ROOT defaults to ./.tk (a clone kept untracked in the checkout). "all" (default) is
 # build + test + bench (anchor attention shape, 8192^3 GEMM), about 5-8 minutes on an H200 with a
-# cold build; tests and bench cover every backward variant (ops.BWD_VARIANTS: default, dq-red);
-# "bench-all" adds the 8B and 70B-TP8 attention shapes and three Llama GEMM shapes.
+# cold build; "bench-all" adds the 8B and 70B-TP8 attention shapes and three Llama GEMM shapes.
 set -u
 stage=${1:-all}
 root=$(cd "$(dirname "$0")/../.." && pwd)

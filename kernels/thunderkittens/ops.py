@@ -18,18 +18,10 @@ numerics of torch._scaled_mm(..., use_fast_accum=True). Shapes whose tiles leave
 wave split the K loop of the last tiles over all SMs (stream-K, a workspace allocated here); the
 results stay bitwise reproducible run to run on a given GPU model.
 
-The backward kernel has an opt-in variant chosen per call by the environment variable
-TITANKIT_TK_BWD_VARIANT (read when tk_attn_bwd runs, so it also applies under torch.compile and
-CUDA graphs captured after it is set): "default" (or unset) stages dQ in shared memory and adds it
-with TMA reduce-adds; "dq-red" adds dQ straight from registers with vector reductions (see
-attention_bwd_sm90.cu for why). Both compute the same gradients up to fp32 summation order.
-
 Nothing here builds at import: the extension is compiled on the first call (build.py).
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -37,19 +29,6 @@ from kernels.thunderkittens import build
 
 HEAD_DIMS = (64, 128)
 _WHERE = "kernels.thunderkittens"
-BWD_VARIANT_ENV = "TITANKIT_TK_BWD_VARIANT"
-BWD_VARIANTS = {"default": 0, "dq-red": 1}  # name -> attn_bwd's variant (tk_kernels.h)
-
-
-def bwd_variant() -> str:
-    """The backward variant named by $TITANKIT_TK_BWD_VARIANT ("default" when unset or empty)."""
-    name = os.environ.get(BWD_VARIANT_ENV, "").strip() or "default"
-    if name not in BWD_VARIANTS:
-        raise ValueError(
-            f"{_WHERE}: environment variable {BWD_VARIANT_ENV}={name!r} is not a backward "
-            f"variant; valid: {', '.join(BWD_VARIANTS)}"
-        )
-    return name
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
@@ -119,7 +98,6 @@ def tk_attn_bwd(
     dlse: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     validate_attention(q, k, v, causal)
-    variant = BWD_VARIANTS[bwd_variant()]
     ext = build.extension()
     dout, q, k, v, out = (_dense(t) for t in (dout, q, k, v, out))
     lse = _dense(lse.float())
@@ -128,7 +106,8 @@ def tk_attn_bwd(
     sp = ext.attn_bwd_padded_len(sq)
     delta = torch.empty((b, hq, sp), dtype=torch.float32, device=q.device)
     lse2 = torch.empty_like(delta)
-    dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # zeroed by the kernel
+    # fp32 dQ partial sums, in blocks of the kernel's fragment order; zeroed by the call.
+    dq_acc = torch.empty((b, hq, sp, q.shape[3]), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     with torch.cuda.device(q.device):
         # Few KV heads: several CTAs share a key block and add fp32 dK/dV partials (zeroed there).
@@ -136,7 +115,7 @@ def tk_attn_bwd(
         dkv_acc = None if split == 1 else torch.empty((2, *k.shape), dtype=torch.float32,
                                                       device=q.device)
         ext.attn_bwd(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk, dv,
-                     causal, variant, _stream(q))
+                     causal, _stream(q))
     return dq, dk, dv
 
 

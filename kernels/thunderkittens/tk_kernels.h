@@ -43,19 +43,14 @@ int attn_bwd_padded_len(int sq);
 // it needs the dkv_acc workspace below.
 int attn_bwd_kv_split(int b, int hq, int hkv, int skv);
 
-// Backward kernel variants (attn_bwd's `variant`): DEFAULT stages dQ in shared memory and adds it
-// with TMA reduce-adds; DQ_RED adds it from registers with vector reductions (opt-in, see
-// attention_bwd_sm90.cu). Both give the same results up to the order of the fp32 additions.
-constexpr int ATTN_BWD_DEFAULT = 0;
-constexpr int ATTN_BWD_DQ_RED = 1;
-
 // dlse (B, Hq, Sq) fp32 or null: a gradient flowing into lse (delta becomes rowsum(dO*O) - dlse).
 // Workspace (uninitialised is fine, this call fills it): delta and lse2 (B, Hq, attn_bwd_padded_len
-// (Sq)) fp32, dq_acc (B, Sq, Hq, D) fp32, and dkv_acc (2, B, Skv, Hkv, D) fp32 when
-// attn_bwd_kv_split(...) > 1 (else may be null). Outputs dq like q, dk and dv like k, all bf16.
+// (Sq)) fp32, dq_acc (B, Hq, attn_bwd_padded_len(Sq), D) fp32 (the kernel's own block order), and
+// dkv_acc (2, B, Skv, Hkv, D) fp32 when attn_bwd_kv_split(...) > 1 (else may be null). Outputs dq
+// like q, dk and dv like k, all bf16.
 void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
               const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
               float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
-              int hkv, int d, bool causal, int variant, cudaStream_t stream);
+              int hkv, int d, bool causal, cudaStream_t stream);
 
 }  // namespace titankit_tk

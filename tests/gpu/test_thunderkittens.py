@@ -53,15 +53,8 @@ CASES = [  # b, sq, skv, hq, hkv, d, causal
 ]
 
 
-@pytest.fixture(params=sorted(ops.BWD_VARIANTS))
-def bwd_variant(request, monkeypatch):
-    """Runs a test once per backward kernel variant (TITANKIT_TK_BWD_VARIANT)."""
-    monkeypatch.setenv(ops.BWD_VARIANT_ENV, request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("b,sq,skv,hq,hkv,d,causal", CASES)
-def test_attention_matches_fp32_reference(b, sq, skv, hq, hkv, d, causal, bwd_variant):
+def test_attention_matches_fp32_reference(b, sq, skv, hq, hkv, d, causal):
     q, k, v, do = _inputs(b, sq, skv, hq, hkv, d, seed=sq + hq)
     out, lse = ops.attention_fwd(q, k, v, causal=causal)
     ref_out, ref_lse = reference.attention_fwd(q, k, v, causal=causal)
@@ -79,7 +72,7 @@ def test_attention_matches_fp32_reference(b, sq, skv, hq, hkv, d, causal, bwd_va
         assert err < GRAD_TOL, f"{name}: relative error {err:.2e}"
 
 
-def test_autograd_including_lse_gradient(bwd_variant):
+def test_autograd_including_lse_gradient():
     """Gradients through both outputs of tk_attn_fwd (context parallelism merges by lse)."""
     b, s, hq, hkv, d = 2, 640, 8, 2, 128
     q, k, v, do = _inputs(b, s, s, hq, hkv, d, seed=7)
@@ -95,7 +88,7 @@ def test_autograd_including_lse_gradient(bwd_variant):
         assert err < GRAD_TOL, f"{name}: relative error {err:.2e}"
 
 
-def test_ring_block_contract(bwd_variant):
+def test_ring_block_contract():
     """Two key blocks of a 2-rank causal ring: block outputs merge by lse into the full answer,
     and each block's backward with the global out/lse gives that block's share of the gradient."""
     b, s, hq, hkv, d = 1, 2048, 8, 1, 128
@@ -117,7 +110,7 @@ def test_ring_block_contract(bwd_variant):
             assert err < GRAD_TOL, f"block {sl}, {name}: relative error {err:.2e}"
 
 
-def test_cuda_graph_replay_matches_eager(bwd_variant):
+def test_cuda_graph_replay_matches_eager():
     """No host synchronisation inside: forward + backward capture into a CUDA graph and replay."""
     b, s, hq, hkv, d = 1, 1024, 8, 2, 128
     q, k, v, do = _inputs(b, s, s, hq, hkv, d, seed=11)

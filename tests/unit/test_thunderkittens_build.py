@@ -111,18 +111,6 @@ def test_attention_inputs_it_cannot_handle_raise_value_errors():
         ops.attention_fwd(q, k, k, causal=True)
 
 
-def test_backward_variant_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv(ops.BWD_VARIANT_ENV, raising=False)
-    assert ops.bwd_variant() == "default"
-    monkeypatch.setenv(ops.BWD_VARIANT_ENV, "dq-red")
-    assert ops.bwd_variant() == "dq-red"
-    assert ops.BWD_VARIANTS["default"] == 0  # the kernel's default path stays variant 0
-    monkeypatch.setenv(ops.BWD_VARIANT_ENV, "pingpong")
-    with pytest.raises(ValueError, match="TITANKIT_TK_BWD_VARIANT='pingpong'") as err:
-        ops.bwd_variant()
-    assert "default, dq-red" in str(err.value)
-
-
 def test_fp8_gemm_shapes_it_cannot_handle_raise_value_errors():
     e4m3 = torch.float8_e4m3fn
     s = torch.ones(1)
