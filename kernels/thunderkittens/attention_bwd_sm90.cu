@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace titankit_tk {
 namespace attn {
@@ -303,16 +304,20 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
                 : "memory");
         }
     };
-    // The last iteration's dQ step, after the loop (no dV / dK wgmmas left to overlap).
-    auto dq_step = [&](int it) {
+    // The dQ step of iteration `it`: its wgmmas go first, then `after` issues this consumer's
+    // remaining wgmmas (PENDING groups: dV, dK of the next iteration, or none after the loop); once
+    // dQ's retired, dQ is staged and added while those run.
+    auto dq_step = [&](int it, auto&& after, auto pending) {
         wait(ds_full[it % 2], (it / 2) & 1);
         if (has_dq) {
             dq_rt dq;
             dq_mma(it, dq);
-            warpgroup::mma_async_wait();  // also retires this iteration's dV / dK wgmmas
+            after();
+            warpgroup::mma_async_wait<decltype(pending)::value>();
             dq_add(it, dq);
         } else {
             warp::arrive(ds_free[it % 2]);
+            after();
         }
     };
 
@@ -371,23 +376,14 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         detail::fence_async_shared();
         __syncwarp();  // the whole warp's stores and fences before lane 0's (release) arrival
         warp::arrive(ds_full[buf]);
-        // The previous iteration's dQ wgmmas go first; once they retired, dQ is staged and added
-        // while this iteration's dV and dK wgmmas run (registers: dQ, P^T, dS^T, dK, dV).
-        if (it >= 1) wait(ds_full[(it - 1) % 2], ((it - 1) / 2) & 1);
-        if (it >= 1 && has_dq) {
-            dq_rt dq;
-            dq_mma(it - 1, dq);
-            dv_dk();
-            warpgroup::mma_async_wait<2>();  // dQ's two groups retired, dV and dK may run
-            dq_add(it - 1, dq);
-        } else {
-            if (it >= 1) warp::arrive(ds_free[(it - 1) % 2]);
-            dv_dk();
-        }
+        // The previous iteration's dQ, staged while this iteration's dV and dK wgmmas run
+        // (registers: dQ, P^T, dS^T, dK, dV).
+        if (it >= 1) dq_step(it - 1, dv_dk, std::integral_constant<int, 2>{});
+        else dv_dk();
         warpgroup::mma_async_wait();
         warp::arrive(qo_free[s]);  // this warp no longer reads Q, dO, lse2, delta of the stage
     }
-    if (iters > 0) dq_step(iters - 1);
+    if (iters > 0) dq_step(iters - 1, [] {}, std::integral_constant<int, 0>{});
 
     // dK = scale * sum dS^T Q. Once neither consumer's dQ wgmmas read K any more (each waited
     // for its own before this barrier), dK and dV leave as bf16 through the K and V tiles, or,
