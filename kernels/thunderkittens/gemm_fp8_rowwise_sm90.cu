@@ -11,9 +11,13 @@
 //   - warpgroups 0 and 1 are consumers: each owns 64 rows of the tile, issues m64n256k32 QGMMAs from
 //     shared memory into a 64 x 256 fp32 accumulator (128 registers per thread), keeps one wgmma group
 //     in flight, and frees a stage as soon as the wgmma that read it retired;
-//   - the epilogue scales rows and columns in fp32, rounds to bf16 and leaves through two 64 x 64
-//     staging tiles per consumer and TMA stores (which clip the M tail and whole 64-column chunks
-//     past N); the producer already streams the next tile's K slices meanwhile.
+//   - the epilogue scales rows and columns in fp32 and rounds to bf16 into registers (64 per
+//     thread) as soon as a tile's wgmmas are done; the stores of those registers (through two
+//     64 x 64 staging tiles per consumer and TMA stores, which clip the M tail and whole 64-column
+//     chunks past N) wait until the next tile's first two K slices are issued, so the tensor cores
+//     run through them. Both consumers share a tile and reach its end together: stored right away,
+//     as before, the epilogue left the tensor cores idle for about 9% of the consumers' time
+//     (Nsight Compute samples on an H200; docs/benchmarks.md section 5a).
 //
 // Stream-K tail (CUTLASS's data-parallel + stream-K hybrid): when the tile count is not a multiple
 // of the grid, the last wave would leave SMs idle (8192^3: 2048 tiles = 15.5 waves on 132 SMs, the
@@ -157,16 +161,43 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
 
     warpgroup::increase_registers<232>();
     rt_fl<16, BN> acc;  // this warp's 16 rows of the consumer's 64 x 256 block
+    // The previous tile's output, scaled and rounded, waiting to be stored (out_mn.x < 0: none).
+    // Its stores run after the next tile's first two K slices are issued, so the tensor cores work
+    // through them; only the scaling and rounding leave them idle between tiles. With `acc` this
+    // needs ~230 registers; ptxas spills 76 bytes, all in the stream-K setup (once per CTA).
+    rt_bf<16, BN> out;
+    int2 out_mn = {-1, -1};
     const int lane = laneid(), warp = warpgroup::warpid(), tid = warpgroup::laneid();
     int it = 0, chunk = 0;
+
+    auto store_out = [&]() {  // `out` to C through the staging tiles and TMA stores
+#pragma unroll
+        for (int c = 0; c < BN / C_CHUNK; c++, chunk++) {
+            auto& part = *reinterpret_cast<rt_bf<16, C_CHUNK>*>(&out.tiles[0][c * C_CHUNK / 16]);
+            c_tile& buf = c_s[wg][chunk % 2];
+            // The TMA store issued two chunks ago from this buffer must have finished reading it.
+            if (tid == 0) tma::store_async_read_wait<1>();
+            warpgroup::sync(wg + 1);
+            warpgroup::store(buf, part);
+            detail::fence_async_shared();
+            warpgroup::sync(wg + 1);
+            if (tid == 0) {
+                tma::store_async(g.c, buf, {2 * out_mn.x + wg, out_mn.y * (BN / C_CHUNK) + c});
+            }
+        }
+        out_mn = {-1, -1};
+    };
+
     for_each_unit(g, tiles, k_iters, [&](int t, int kb, int ke) {
         const int2 mn = tile_coords(t, tiles_m, tiles_n);
+        const int store_at = min(kb + 1, ke - 1);  // after this slice's wgmmas are issued
         int prev = -1;
         for (int kk = kb; kk < ke; kk++, it++) {
             const int s = it % STAGES;
             wait(full[s], (it / STAGES) & 1);
             if (kk == kb) warpgroup::mm_ABt(acc, a_s[s][wg], b_s[s]);
             else warpgroup::mma_ABt(acc, a_s[s][wg], b_s[s]);
+            if (kk == store_at && out_mn.x >= 0) store_out();
             warpgroup::mma_async_wait<1>();  // the wgmma of the previous slice has retired
             if (prev >= 0) warp::arrive(empty[prev]);
             prev = s;
@@ -208,41 +239,31 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             }
         }
 
-        // Epilogue: rows r0, r0 + 8 of this thread; columns per 16-wide subtile j: 2 * (lane % 4) +
-        // {0, 1} and + 8 (TK's row-layout fragment, the wgmma accumulator layout).
+        // Scale rows and columns in fp32 and round to bf16 into `out`: rows r0, r0 + 8 of this
+        // thread; columns per 16-wide subtile j: 2 * (lane % 4) + {0, 1} and + 8 (TK's row-layout
+        // fragment, the wgmma accumulator layout). The stores follow in the next unit (or below).
         const int r0 = mn.x * BM + wg * 64 + warp * 16 + lane / 4;
         const float sa0 = r0 < g.m ? g.scale_a[r0] : 0.f;
         const float sa1 = r0 + 8 < g.m ? g.scale_a[r0 + 8] : 0.f;
 #pragma unroll
-        for (int c = 0; c < BN / C_CHUNK; c++, chunk++) {
-            auto& part = *reinterpret_cast<rt_fl<16, C_CHUNK>*>(&acc.tiles[0][c * C_CHUNK / 16]);
+        for (int j = 0; j < BN / 16; j++) {
 #pragma unroll
-            for (int j = 0; j < C_CHUNK / 16; j++) {
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int col = mn.y * BN + c * C_CHUNK + j * 16 + half * 8 + 2 * (lane % 4);
-                    const float sb0 = col < g.n ? g.scale_b[col] : 0.f;
-                    const float sb1 = col + 1 < g.n ? g.scale_b[col + 1] : 0.f;
-                    float2& top = part.tiles[0][j].data[2 * half];     // row r0
-                    float2& bot = part.tiles[0][j].data[2 * half + 1]; // row r0 + 8
-                    top.x *= sa0 * sb0;
-                    top.y *= sa0 * sb1;
-                    bot.x *= sa1 * sb0;
-                    bot.y *= sa1 * sb1;
-                }
+            for (int half = 0; half < 2; half++) {
+                const int col = mn.y * BN + j * 16 + half * 8 + 2 * (lane % 4);
+                const float sb0 = col < g.n ? g.scale_b[col] : 0.f;
+                const float sb1 = col + 1 < g.n ? g.scale_b[col + 1] : 0.f;
+                float2& top = acc.tiles[0][j].data[2 * half];     // row r0
+                float2& bot = acc.tiles[0][j].data[2 * half + 1]; // row r0 + 8
+                top.x *= sa0 * sb0;
+                top.y *= sa0 * sb1;
+                bot.x *= sa1 * sb0;
+                bot.y *= sa1 * sb1;
             }
-            rt_bf<16, C_CHUNK> out;
-            warp::copy(out, part);
-            c_tile& buf = c_s[wg][chunk % 2];
-            // The TMA store issued two chunks ago from this buffer must have finished reading it.
-            if (tid == 0) tma::store_async_read_wait<1>();
-            warpgroup::sync(wg + 1);
-            warpgroup::store(buf, out);
-            detail::fence_async_shared();
-            warpgroup::sync(wg + 1);
-            if (tid == 0) tma::store_async(g.c, buf, {2 * mn.x + wg, mn.y * (BN / C_CHUNK) + c});
         }
+        warp::copy(out, acc);
+        out_mn = mn;
     });
+    if (out_mn.x >= 0) store_out();
     if (tid == 0) tma::store_async_read_wait<0>();
 }
 
