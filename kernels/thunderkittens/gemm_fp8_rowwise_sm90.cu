@@ -165,7 +165,8 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
     // The previous tile's output, scaled and rounded, waiting to be stored (out_mn.x < 0: none).
     // Its stores run after the next tile's first two K slices are issued, so the tensor cores work
     // through them; only the scaling and rounding leave them idle between tiles. With `acc` this
-    // needs ~230 registers; ptxas spills 76 bytes, all in the stream-K setup (once per CTA).
+    // needs ~230 registers; ptxas spills 76 bytes, all in the stream-K part (its address setup and
+    // its few units per CTA), none in the data-parallel tiles.
     rt_bf<16, BN> out;
     int2 out_mn = {-1, -1};
     const int lane = laneid(), warp = warpgroup::warpid(), tid = warpgroup::laneid();
