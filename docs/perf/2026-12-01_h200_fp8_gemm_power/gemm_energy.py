@@ -1,7 +1,7 @@
 """Energy and throughput of FP8 GEMM variants under the GPU's power limit, interleaved in one
 process. Each window: N back-to-back calls (no L2 flush) for ~WIN s; NVML total energy (mJ)
 before/after, mean SM clock from NVML samples in a thread.
-usage: python3 session/gemm_energy.py shapes rounds variants(c1,c2,s8,... or cublas) [win_s]
+usage: python3 session/gemm_energy.py SHAPES ROUNDS VARIANTS [WIN_S]  (comma lists)
 variant: a TITANKIT_TK_GEMM_VARIANT value of the patched kernel (or 'cublas'), optional ':S' = TITANKIT_TK_GEMM_SUPER."""
 import ctypes, os, sys, threading, time, torch
 from kernels.fp8 import reference as R
