@@ -8,8 +8,8 @@ shapes = {"8192^3": (8192, 8192, 8192), "8B w1/w3": (8192, 14336, 4096),
           "70B w2": (8192, 8192, 28672), "70B w1": (8192, 28672, 8192), "70B wq/wo": (8192, 8192, 8192)}
 names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(shapes)
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-variants = sys.argv[3].split(",") if len(sys.argv) > 3 else ["1", "2"]
-print("| shape | impl | round | TFLOP/s | t0 | t1 | max diff vs c1 |")
+variants = sys.argv[3].split(",") if len(sys.argv) > 3 else ["head"]
+print("| shape | impl | round | TFLOP/s | t0 | t1 | max diff vs head |")
 for name in names:
     m, n, k = shapes[name]
     g = torch.Generator(device="cuda").manual_seed(0)
