@@ -169,3 +169,30 @@ def test_full_ac_recomputes_fp8_gemms_when_compiled(monkeypatch):
     assert no_ac == 2 * 7 * 2  # grad_input and grad_weight of 7 Float8Linears in each of 2 blocks
     # Backward needs 6 of a block's 7 forward GEMMs (w2's output feeds only the residual add).
     assert full - no_ac >= 6 * 2
+
+
+def test_per_op_policy_saves_every_gemm_and_attention_op():
+    """The per-op policy keeps the outputs of aten's dense and FP8 GEMMs and of our kernels'
+    custom FP8 GEMM and attention ops (float8.backend triton / thunderkittens). Missing one means its
+    forward re-runs in every backward (the FP8 GEMMs of the TK backend did: 108 instead of 84 GEMM
+    launches per step on a 4-layer 8B). The cheap ops (norm, SwiGLU, FP8 quantization) are
+    recomputed."""
+    import kernels.attention.triton_op  # noqa: F401  (registers titankit::flash_attn_fwd)
+    import kernels.fp8.gemm_fp8_sm90  # noqa: F401
+    import kernels.fp8.quantize_e4m3  # noqa: F401
+    import kernels.norm.op  # noqa: F401
+    import kernels.thunderkittens.ops  # noqa: F401  (defines the ops; builds nothing)
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from trainer.parallel.checkpointing import _save_list, op_policy
+
+    policy = op_policy(_save_list())
+    aten, tk = torch.ops.aten, torch.ops.titankit
+    saved = [aten.mm.default, aten._scaled_mm.default, tk.fp8_gemm.default,
+             tk.tk_fp8_gemm_rowwise.default, tk.tk_attn_fwd.default, tk.flash_attn_fwd.default]
+    recomputed = [aten.silu.default, aten.mul.Tensor, tk.rms_norm.default,
+                  tk.fp8_quantize_tensorwise.default, tk.fp8_amax.default]
+    for op in saved:
+        assert policy(None, op) == CheckpointPolicy.MUST_SAVE, op
+    for op in recomputed:
+        assert policy(None, op) == CheckpointPolicy.PREFER_RECOMPUTE, op

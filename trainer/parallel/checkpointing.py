@@ -4,9 +4,10 @@ Modes (`[activation_checkpoint]`):
   none                        keep every activation
   full                        keep only each block's input; recompute the whole block in backward
   selective, option "op"      per-op policy (torch.utils.checkpoint selective checkpointing): keep the
-                              outputs of matmuls, attention kernels and TP reduce-scatters (expensive
-                              to recompute), recompute the cheap element-wise rest (norms, SwiGLU,
-                              RoPE, residual adds)
+                              outputs of dense and FP8 matmuls (aten's and our kernels' custom ops),
+                              attention kernels and TP reduce-scatters (expensive to recompute),
+                              recompute the cheap element-wise rest (norms, SwiGLU, RoPE, residual
+                              adds, FP8 quantization) and MoE grouped GEMMs (measured faster)
   selective, option "N"       full checkpointing of every N-th block (blocks 0, N, 2N, ...)
   memory_budget               no wrapping: the compiled blocks keep at most `memory_budget` of their
                               no-AC activation memory, and the compiler's partitioner recomputes
@@ -54,17 +55,30 @@ def _save_list() -> set:
     return ops
 
 
-def _is_custom_attention(func) -> bool:
-    """Our kernels' forward attention ops (e.g. titankit::flash_attn_fwd) are as dear as SDPA's."""
+# Our kernel packages' FP8 GEMM ops, by name (importing them here would pull in Triton and the TK
+# extension). Before they were listed, the per-op policy re-ran every forward FP8 GEMM of
+# float8.backend = "triton" / "thunderkittens" in backward, which aten._scaled_mm (backend "torch")
+# never did: 108 instead of 84 GEMM launches per step for a 4-layer Llama-3 8B on an H200.
+# MoE grouped GEMMs (aten._grouped_mm, titankit::grouped_mm) stay recomputed: saving them made a
+# 4-layer moe_16b on one H200 slower, its host-bound step 51 ms longer (docs/benchmarks.md 5c).
+_SAVED_CUSTOM_GEMMS = ("titankit::fp8_gemm", "titankit::tk_fp8_gemm_rowwise")
+
+
+def _is_saved_custom_op(func) -> bool:
+    """Our kernels' forward attention ops (e.g. titankit::flash_attn_fwd) are as dear as SDPA's,
+    and their GEMMs as aten's."""
     name = func.name() if hasattr(func, "name") else str(func)
-    return name.startswith("titankit::") and ("attn_fwd" in name or "attention_fwd" in name)
+    if not name.startswith("titankit::"):
+        return False
+    return name.split(".")[0] in _SAVED_CUSTOM_GEMMS or "attn_fwd" in name or "attention_fwd" in name
 
 
 def op_policy(save_ops: set):
-    """Policy for create_selective_checkpoint_contexts: save `save_ops` and attention, recompute the rest."""
+    """Policy for create_selective_checkpoint_contexts: save `save_ops` and our kernels' attention
+    and GEMM ops, recompute the rest."""
 
     def policy(ctx, func, *args, **kwargs):
-        if getattr(func, "overloadpacket", None) in save_ops or _is_custom_attention(func):
+        if getattr(func, "overloadpacket", None) in save_ops or _is_saved_custom_op(func):
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
 
