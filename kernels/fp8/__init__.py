@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.utils import _python_dispatch
 
 from kernels.fp8 import reference
 
@@ -48,11 +49,17 @@ def _triton_ops():
     return _TRITON_OPS
 
 
-def _pick(op, impl):
+def _pick(op, impl, dispatch_modes_see_it: bool = False):
     """The registered custom op while torch.compile traces (it needs the op's fake kernel); the plain
     function in eager, which skips the custom-op dispatch (~10-25 us of host time per call, as much as
-    a whole small GEMM takes on the GPU)."""
-    return op if torch.compiler.is_compiling() else impl
+    a whole small GEMM takes on the GPU). With `dispatch_modes_see_it`, also the op while a
+    TorchDispatchMode is active: per-op selective AC in eager is one, and a plain kernel launch is
+    invisible to it, so its policy could not keep the GEMM's output and backward re-ran the GEMM."""
+    if torch.compiler.is_compiling():
+        return op
+    if dispatch_modes_see_it and _python_dispatch._get_current_dispatch_mode() is not None:
+        return op
+    return impl
 
 
 def _check(granularity: str, backend: str) -> None:
@@ -143,7 +150,7 @@ def scaled_mm(
         _, gops = _triton_ops()
         # The kernel writes bf16 or fp32; other dtypes (fp16) are cast from fp32.
         mm_dtype = out_dtype if out_dtype in (torch.bfloat16, torch.float32) else torch.float32
-        gemm = _pick(gops.fp8_gemm, gops.gemm_impl)
+        gemm = _pick(gops.fp8_gemm, gops.gemm_impl, dispatch_modes_see_it=True)
         out = gemm(a, b, scale_a, scale_b, mm_dtype, use_fast_accum)
         return out if mm_dtype == out_dtype else out.to(out_dtype)
     if backend == "thunderkittens":

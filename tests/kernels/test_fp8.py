@@ -352,6 +352,57 @@ def float8_linear_triton_compiles():
             assert torch.equal(eager, compiled), f"{recipe} {name}"
 
 
+@check
+def eager_selective_ac_does_not_rerun_triton_gemms():
+    """Eager Float8Linear (backend "triton") in a 2-block model under per-op selective AC: backward
+    launches only the 28 gradient GEMMs (dgrad and wgrad of 7 linears x 2 blocks), as without AC.
+    In eager the GEMM skips the custom-op dispatch for host time, which also hid it from the AC
+    policy, so each block's backward re-ran its forward GEMMs; under a dispatch mode (AC's) the op
+    is used."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import kernels.fp8.gemm_fp8_sm90 as G
+    import trainer.float8 as f8
+    from trainer.models import FAMILIES
+    from trainer.parallel.checkpointing import apply_ac
+
+    launches = [0]
+    real = G.fp8_gemm_launch
+
+    def counting(*args, **kwargs):
+        launches[0] += 1
+        return real(*args, **kwargs)
+
+    G.fp8_gemm_launch = counting
+    try:
+        fam = FAMILIES["llama3"]
+        args = fam.make_args("debug", {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                                       "vocab_size": 128})
+        tokens = torch.randint(0, 128, (1, 32), generator=torch.Generator().manual_seed(1))
+        counts, grads = {}, {}
+        for mode in ("none", "selective"):
+            torch.manual_seed(0)
+            model = fam.model_cls(args)
+            model.init_weights()
+            f8.convert_to_float8_training(model, SimpleNamespace(
+                enable=True, recipe="tensorwise", backend="triton", grad_weight_high_precision=False,
+                filter_fqns=["output"]))
+            if mode != "none":
+                apply_ac(model, SimpleNamespace(mode=mode, selective_ac_option="op"))
+            loss = model(tokens).float().sum()
+            launches[0] = 0
+            loss.backward()
+            counts[mode] = launches[0]
+            grads[mode] = [p.grad for p in model.parameters()]
+    finally:
+        G.fp8_gemm_launch = real
+    assert counts == {"none": 28, "selective": 28}, counts
+    for a, b in zip(grads["none"], grads["selective"]):
+        assert torch.equal(a, b)
+
+
 def _run_checks() -> dict:
     results = {}
     for name, fn in CHECKS.items():
