@@ -88,9 +88,12 @@ void fp8_gemm_rowwise(const torch::Tensor& a, const torch::Tensor& b, const torc
     check(c, "c", at::kBFloat16);
     TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(1),
                 "titankit thunderkittens: fp8 GEMM needs a (M, K) and b (N, K)");
-    TORCH_CHECK(scale_a.numel() == a.size(0) && scale_b.numel() == b.size(0) &&
+    // Tensorwise: one scale each. Rowwise: M and N of them (a lone M == 1 row scale is both).
+    const bool tensorwise = scale_a.numel() == 1 && scale_b.numel() == 1;
+    TORCH_CHECK((tensorwise || (scale_a.numel() == a.size(0) && scale_b.numel() == b.size(0))) &&
                     c.size(0) == a.size(0) && c.size(1) == b.size(0),
-                "titankit thunderkittens: fp8 GEMM scale or output shape mismatch");
+                "titankit thunderkittens: fp8 GEMM scales must be one element each or (M,) and (N,), "
+                "and c (M, N)");
     // The stream-K workspace: a kernel that finds it short would write past its end.
     const auto ws = titankit_tk::fp8_gemm_rowwise_workspace(dim(a, 0), dim(b, 0), dim(a, 1));
     if (partials) check(*partials, "partials", at::kFloat);
@@ -99,8 +102,9 @@ void fp8_gemm_rowwise(const torch::Tensor& a, const torch::Tensor& b, const torc
                                      flags->numel() >= ws.flags),
                 "titankit thunderkittens: fp8 GEMM stream-K workspace missing or too small");
     titankit_tk::fp8_gemm_rowwise(a.data_ptr(), b.data_ptr(), scale_a.data_ptr<float>(),
-                                  scale_b.data_ptr<float>(), c.data_ptr(), dim(a, 0), dim(b, 0),
-                                  dim(a, 1), partials ? partials->data_ptr<float>() : nullptr,
+                                  scale_b.data_ptr<float>(), tensorwise, c.data_ptr(), dim(a, 0),
+                                  dim(b, 0), dim(a, 1),
+                                  partials ? partials->data_ptr<float>() : nullptr,
                                   flags ? flags->data_ptr<int>() : nullptr, as_stream(stream));
 }
 

@@ -11,11 +11,11 @@
 //   - warpgroups 0 and 1 are consumers: each owns 64 rows of the tile, issues m64n256k32 QGMMAs from
 //     shared memory into a 64 x 256 fp32 accumulator (128 registers per thread), keeps one wgmma group
 //     in flight, and frees a stage as soon as the wgmma that read it retired;
-//   - the epilogue scales rows and columns in fp32 and rounds to bf16 into registers (64 per
-//     thread) as soon as a tile's wgmmas are done; the stores of those registers (through two
-//     64 x 64 staging tiles per consumer and TMA stores, which clip the M tail and whole 64-column
-//     chunks past N) wait until the next tile's first two K slices are issued, so the tensor cores
-//     run through them. Both consumers share a tile and reach its end together; stored right away,
+//   - the epilogue scales rows and columns in fp32 (or, tensorwise, by one product of the two
+//     scales) and rounds to bf16 into registers (64 per thread) as soon as a tile's wgmmas are
+//     done; the stores of those registers (through two 64 x 64 staging tiles per consumer and TMA
+//     stores, which clip the M tail and whole 64-column chunks past N) wait until the next tile's
+//     first two K slices are issued, so the tensor cores run through them. Both consumers share a tile and reach its end together; stored right away,
 //     the epilogue held about 9% of the consumers' warp samples (Nsight Compute on an H200), with
 //     no wgmma in flight. Split, the kernel reached 98-100% of cuBLAS at 8192^3
 //     (docs/benchmarks.md section 5a).
@@ -101,15 +101,25 @@ template <typename F>
 __device__ __forceinline__ void for_each_unit(const globals& g, int tiles, int k_iters, F&& f) {
     const int dp_tiles = tiles - g.sk_tiles;
     for (int t = blockIdx.x; t < dp_tiles; t += gridDim.x) f(t, 0, k_iters);
-    const long long total = (long long)g.sk_tiles * k_iters;
-    long long pos = total * blockIdx.x / gridDim.x;
-    const long long end = total * (blockIdx.x + 1) / gridDim.x;
+    // 32-bit: make_plan keeps total * grid below 2^31. With 64-bit positions (and their emulated
+    // 64-bit divisions) ptxas spilled 40 bytes more here.
+    const int total = g.sk_tiles * k_iters;
+    int pos = total * blockIdx.x / gridDim.x;
+    const int end = total * (blockIdx.x + 1) / gridDim.x;
     while (pos < end) {
-        const int t = (int)(pos / k_iters), kb = (int)(pos % k_iters);
-        const int ke = end - pos < k_iters - kb ? kb + (int)(end - pos) : k_iters;
+        const int t = pos / k_iters, kb = pos % k_iters;
+        const int ke = end - pos < k_iters - kb ? kb + (end - pos) : k_iters;
         f(dp_tiles + t, kb, ke);
         pos += ke - kb;
     }
+}
+
+// Hides how `p` was computed, so the 32 accesses at constant offsets from it become immediates in
+// the load/store instructions. Otherwise nvcc hoisted 32 separate slot indices out of the stream-K
+// loop and spilled registers to hold them.
+template <typename T>
+__device__ __forceinline__ void opaque(T*& p) {
+    asm volatile("" : "+l"(p));
 }
 
 __device__ __forceinline__ void store_release(int* p, int v) {
@@ -121,6 +131,11 @@ __device__ __forceinline__ int load_acquire(const int* p) {
     return v;
 }
 
+// TENSORWISE: one scale per operand (scale_a[0], scale_b[0]), the default FP8 training recipe. The
+// epilogue then multiplies by their product, one FMUL per element, and loads no column scales:
+// the per-column loads and the second multiply are most of the scaling cost that section 5b of
+// docs/benchmarks.md measured. Same bits as the rowwise path on expanded scales (sa * sb first).
+template <bool TENSORWISE>
 __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant__ globals g) {
     extern __shared__ alignment_dummy smem[];
     tma_swizzle_allocator al((int*)&smem[0]);
@@ -165,8 +180,8 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
     // The previous tile's output, scaled and rounded, waiting to be stored (out_mn.x < 0: none).
     // Its stores run after the next tile's first two K slices are issued, so the tensor cores work
     // through them; only the scaling and rounding leave them idle between tiles. With `acc` this
-    // needs ~230 registers; ptxas spills 76 bytes, all in the stream-K part (its address setup and
-    // its few units per CTA), none in the data-parallel tiles.
+    // needs ~230 registers. ptxas (nvcc 13.0) spills nothing; the stream-K part spilled 76 bytes
+    // until its positions became 32-bit and its slot pointers opaque (for_each_unit, opaque).
     rt_bf<16, BN> out;
     int2 out_mn = {-1, -1};
     const int lane = laneid(), warp = warpgroup::warpid(), tid = warpgroup::laneid();
@@ -212,6 +227,7 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
         if (kb > 0) {  // a tile's end piece, this CTA's first stream-K unit: hand it to CTA i - 1
             float4* slot = reinterpret_cast<float4*>(g.partials) +
                            (size_t)(blockIdx.x * CONSUMERS + wg) * SLOT_FLOAT4 + tid;
+            opaque(slot);
 #pragma unroll
             for (int j = 0; j < BN / 16; j++) {
 #pragma unroll
@@ -230,6 +246,7 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             while (load_acquire(&g.flags[peer]) == 0) __nanosleep(64);  // every thread acquires
             const float4* slot = reinterpret_cast<const float4*>(g.partials) +
                                  (size_t)peer * SLOT_FLOAT4 + tid;
+            opaque(slot);
 #pragma unroll
             for (int j = 0; j < BN / 16; j++) {
 #pragma unroll
@@ -241,9 +258,23 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             }
         }
 
-        // Scale rows and columns in fp32 and round to bf16 into `out`: rows r0, r0 + 8 of this
-        // thread; columns per 16-wide subtile j: 2 * (lane % 4) + {0, 1} and + 8 (TK's row-layout
-        // fragment, the wgmma accumulator layout). The stores follow in the next unit (or below).
+        // Scale in fp32 and round to bf16 into `out`. The stores follow in the next unit (or below).
+        if constexpr (TENSORWISE) {
+            const float s = g.scale_a[0] * g.scale_b[0];
+#pragma unroll
+            for (int j = 0; j < BN / 16; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    acc.tiles[0][j].data[e].x *= s;
+                    acc.tiles[0][j].data[e].y *= s;
+                }
+            }
+            warp::copy(out, acc);
+            out_mn = mn;
+            return;
+        }
+        // Rowwise: rows r0, r0 + 8 of this thread; columns per 16-wide subtile j: 2 * (lane % 4) +
+        // {0, 1} and + 8 (TK's row-layout fragment, the wgmma accumulator layout).
         const int r0 = mn.x * BM + wg * 64 + warp * 16 + lane / 4;
         const float sa0 = r0 < g.m ? g.scale_a[r0] : 0.f;
         const float sa1 = r0 + 8 < g.m ? g.scale_a[r0 + 8] : 0.f;
@@ -281,7 +312,8 @@ plan make_plan(int m, int n, int k) {
     // Data-parallel, the last wave idles (grid - rem) / grid of k_iters slices per CTA; stream-K
     // recovers that for about SK_FIXUP_SLICES per CTA.
     if (tiles > p.grid && rem != 0 &&
-        (long long)(p.grid - rem) * k_iters > (long long)SK_FIXUP_SLICES * p.grid) {
+        (long long)(p.grid - rem) * k_iters > (long long)SK_FIXUP_SLICES * p.grid &&
+        (long long)(rem + p.grid) * k_iters * p.grid < (1LL << 31)) {  // for_each_unit's int math
         p.sk_tiles = rem + p.grid;  // > grid: every CTA's share exceeds a tile (two pieces max)
     }
     return p;
@@ -298,7 +330,7 @@ Fp8GemmWorkspace fp8_gemm_rowwise_workspace(int m, int n, int k) {
 }
 
 void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const float* scale_b,
-                      void* c, int m, int n, int k, float* partials, int* flags,
+                      bool tensorwise, void* c, int m, int n, int k, float* partials, int* flags,
                       cudaStream_t stream) {
     using namespace fp8gemm;
     detail::require(m > 0 && n > 0 && k > 0, "fp8_gemm_rowwise: M, N, K must be positive");
@@ -316,8 +348,12 @@ void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const 
               b_gl{pb, nullptr, nullptr, (size_t)n, (size_t)k},
               c_gl{reinterpret_cast<bf16*>(c), nullptr, nullptr, (size_t)m, (size_t)n},
               scale_a, scale_b, partials, flags, m, n, k, p.sk_tiles};
-    detail::set_smem(gemm_kernel, SMEM_BYTES);
-    gemm_kernel<<<p.grid, THREADS, SMEM_BYTES, stream>>>(g);
+    auto launch = [&](auto kernel) {
+        detail::set_smem(kernel, SMEM_BYTES);
+        kernel<<<p.grid, THREADS, SMEM_BYTES, stream>>>(g);
+    };
+    if (tensorwise) launch(gemm_kernel<true>);
+    else launch(gemm_kernel<false>);
     detail::check_cuda(cudaGetLastError(), "fp8_gemm_rowwise launch");
 }
 

@@ -186,7 +186,10 @@ def tk_fp8_gemm_rowwise(
     n = b.shape[0]
     ext = build.extension()
     a, b = _dense(a), _dense(b)
-    sa, sb = _rowwise_scale(scale_a, m, "scale_a"), _rowwise_scale(scale_b, n, "scale_b")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:  # tensorwise: the kernel reads one scale each
+        sa, sb = _rowwise_scale(scale_a, 1, "scale_a"), _rowwise_scale(scale_b, 1, "scale_b")
+    else:
+        sa, sb = _rowwise_scale(scale_a, m, "scale_a"), _rowwise_scale(scale_b, n, "scale_b")
     c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     with torch.cuda.device(a.device):
         # A partial last wave of tiles: the kernel splits the K loop of its last tiles over all SMs
@@ -208,7 +211,8 @@ def _(a, b, scale_a, scale_b):
 
 def fp8_gemm_rowwise(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                      scale_b: torch.Tensor) -> torch.Tensor:
-    """c (M, N) bf16 = (a (M, K) @ b (N, K)^T) * scale_a (M, 1) * scale_b (1, N); e4m3 a, b."""
+    """c (M, N) bf16 = (a (M, K) @ b (N, K)^T) * scale_a (M, 1) * scale_b (1, N); e4m3 a, b. Scales
+    may also be one element each (tensorwise; the kernel then loads no per-column scales)."""
     where = f"{_WHERE} fp8 GEMM"
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"{where}: needs a (M, K) and b (N, K); got {tuple(a.shape)}, "

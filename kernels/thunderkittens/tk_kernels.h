@@ -13,8 +13,9 @@
 namespace titankit_tk {
 
 // C (M, N) bf16 = (A (M, K) e4m3 row-major @ B (N, K)^T e4m3 row-major) * scale_a[m] * scale_b[n].
-// scale_a (M,) and scale_b (N,) fp32. Needs K % 128 == 0 and N % 64 == 0 (whole 128-byte TMA
-// swizzle chunks); any M (the tail is zero-filled on loads and clipped on the store).
+// scale_a (M,) and scale_b (N,) fp32; with `tensorwise`, one element each (scale_a[0], scale_b[0]).
+// Needs K % 128 == 0 and N % 64 == 0 (whole 128-byte TMA swizzle chunks); any M (the tail is
+// zero-filled on loads and clipped on the store).
 // When the tile count leaves a partial last wave, the kernel splits the K loop of its last tiles
 // over all SMs (stream-K) and needs a workspace, sized by fp8_gemm_rowwise_workspace for the same
 // shape on the same device: `partials` fp32 (uninitialised is fine) and `flags` int32, which must
@@ -26,7 +27,7 @@ struct Fp8GemmWorkspace {
 };
 Fp8GemmWorkspace fp8_gemm_rowwise_workspace(int m, int n, int k);
 void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const float* scale_b,
-                      void* c, int m, int n, int k, float* partials, int* flags,
+                      bool tensorwise, void* c, int m, int n, int k, float* partials, int* flags,
                       cudaStream_t stream);
 
 // Attention forward. q (B, Sq, Hq, D), k and v (B, Skv, Hkv, D) contiguous bf16; o like q;

@@ -178,6 +178,19 @@ def test_fp8_gemm_matches_dequantized_reference(m, n, k):
     qt, st = R.quantize_tensorwise(x)
     got_t = ops.scaled_mm(qt, qw.t(), st, sw.reshape(1, n))
     assert _rel(got_t, (qt.float() * st) @ (qw.float() * sw).t()) < GEMM_TOL
+    _check_tensorwise_kernel(qt, qw, st)
+
+
+def _check_tensorwise_kernel(qa, qb, sa):
+    """Both scales single elements take the tensorwise kernel (one scale product per tile, no
+    per-column loads): it must give the bits of the rowwise kernel on the same scales expanded."""
+    m, n = qa.shape[0], qb.shape[0]
+    sb = torch.tensor(3.1e-3, device="cuda")
+    got = ops.fp8_gemm_rowwise(qa, qb, sa, sb)
+    expanded = ops.fp8_gemm_rowwise(qa, qb, sa.reshape(1, 1).expand(m, 1), sb.reshape(1, 1).expand(1, n))
+    assert torch.equal(got, expanded)
+    want = (qa.float() * sa) @ (qb.float() * sb).t()
+    assert _rel(got, want) < GEMM_TOL
 
 
 def test_fp8_gemm_error_grows_like_cublas_fast_accum():
@@ -248,6 +261,7 @@ def test_fp8_gemm_stream_k_tail(shape, stream_k):
     assert err < GEMM_TOL, f"relative error {err:.2e}"
     worst = _worst_tile_error(got, want)
     assert worst < GEMM_TOL, f"worst 128 x 256 tile's relative error {worst:.2e}"
+    _check_tensorwise_kernel(qx, qw, sx[0, 0].clone())
 
 
 @pytest.mark.parametrize("shape", [lambda sms: (8192, 8192, 8192),
