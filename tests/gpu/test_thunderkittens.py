@@ -187,7 +187,8 @@ def _check_tensorwise_kernel(qa, qb, sa):
     m, n = qa.shape[0], qb.shape[0]
     sb = torch.tensor(3.1e-3, device="cuda")
     got = ops.fp8_gemm_rowwise(qa, qb, sa, sb)
-    expanded = ops.fp8_gemm_rowwise(qa, qb, sa.reshape(1, 1).expand(m, 1), sb.reshape(1, 1).expand(1, n))
+    expanded = ops.fp8_gemm_rowwise(qa, qb, sa.reshape(1, 1).expand(m, 1),
+                                    sb.reshape(1, 1).expand(1, n))
     assert torch.equal(got, expanded)
     want = (qa.float() * sa) @ (qb.float() * sb).t()
     assert _rel(got, want) < GEMM_TOL

@@ -171,7 +171,7 @@ def test_full_ac_recomputes_fp8_gemms_when_compiled(monkeypatch):
     assert full - no_ac >= 6 * 2
 
 
-def test_per_op_policy_saves_every_gemm_and_attention_op():
+def test_per_op_policy_saves_dense_and_fp8_gemms_and_attention():
     """The per-op policy keeps the outputs of aten's dense and FP8 GEMMs and of our kernels'
     custom FP8 GEMM and attention ops (float8.backend triton / thunderkittens). Missing one means its
     forward re-runs in every backward (the FP8 GEMMs of the TK backend did: 108 instead of 84 GEMM
