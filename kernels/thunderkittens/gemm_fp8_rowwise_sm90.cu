@@ -15,10 +15,10 @@
 //     scales) and rounds to bf16 into registers (64 per thread) as soon as a tile's wgmmas are
 //     done; the stores of those registers (through two 64 x 64 staging tiles per consumer and TMA
 //     stores, which clip the M tail and whole 64-column chunks past N) wait until the next tile's
-//     first two K slices are issued, so the tensor cores run through them. Both consumers share a tile and reach its end together; stored right away,
-//     the epilogue held about 9% of the consumers' warp samples (Nsight Compute on an H200), with
-//     no wgmma in flight. Split, the kernel reached 98-100% of cuBLAS at 8192^3
-//     (docs/benchmarks.md section 5a).
+//     first two K slices are issued, so the tensor cores run through them. Both consumers share a
+//     tile and reach its end together; stored right away, the epilogue held about 9% of the
+//     consumers' warp samples (Nsight Compute on an H200), with no wgmma in flight. Split, the
+//     kernel reached 98-100% of cuBLAS at 8192^3 (docs/benchmarks.md section 5a).
 //
 // Stream-K tail (CUTLASS's data-parallel + stream-K hybrid): when the tile count is not a multiple
 // of the grid, the last wave would leave SMs idle (8192^3: 2048 tiles = 15.5 waves on 132 SMs, the
@@ -269,28 +269,26 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
                     acc.tiles[0][j].data[e].y *= s;
                 }
             }
-            warp::copy(out, acc);
-            out_mn = mn;
-            return;
-        }
-        // Rowwise: rows r0, r0 + 8 of this thread; columns per 16-wide subtile j: 2 * (lane % 4) +
-        // {0, 1} and + 8 (TK's row-layout fragment, the wgmma accumulator layout).
-        const int r0 = mn.x * BM + wg * 64 + warp * 16 + lane / 4;
-        const float sa0 = r0 < g.m ? g.scale_a[r0] : 0.f;
-        const float sa1 = r0 + 8 < g.m ? g.scale_a[r0 + 8] : 0.f;
+        } else {
+            // Rows r0, r0 + 8 of this thread; columns per 16-wide subtile j: 2 * (lane % 4) +
+            // {0, 1} and + 8 (TK's row-layout fragment, the wgmma accumulator layout).
+            const int r0 = mn.x * BM + wg * 64 + warp * 16 + lane / 4;
+            const float sa0 = r0 < g.m ? g.scale_a[r0] : 0.f;
+            const float sa1 = r0 + 8 < g.m ? g.scale_a[r0 + 8] : 0.f;
 #pragma unroll
-        for (int j = 0; j < BN / 16; j++) {
+            for (int j = 0; j < BN / 16; j++) {
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int col = mn.y * BN + j * 16 + half * 8 + 2 * (lane % 4);
-                const float sb0 = col < g.n ? g.scale_b[col] : 0.f;
-                const float sb1 = col + 1 < g.n ? g.scale_b[col + 1] : 0.f;
-                float2& top = acc.tiles[0][j].data[2 * half];     // row r0
-                float2& bot = acc.tiles[0][j].data[2 * half + 1]; // row r0 + 8
-                top.x *= sa0 * sb0;
-                top.y *= sa0 * sb1;
-                bot.x *= sa1 * sb0;
-                bot.y *= sa1 * sb1;
+                for (int half = 0; half < 2; half++) {
+                    const int col = mn.y * BN + j * 16 + half * 8 + 2 * (lane % 4);
+                    const float sb0 = col < g.n ? g.scale_b[col] : 0.f;
+                    const float sb1 = col + 1 < g.n ? g.scale_b[col + 1] : 0.f;
+                    float2& top = acc.tiles[0][j].data[2 * half];     // row r0
+                    float2& bot = acc.tiles[0][j].data[2 * half + 1]; // row r0 + 8
+                    top.x *= sa0 * sb0;
+                    top.y *= sa0 * sb1;
+                    bot.x *= sa1 * sb0;
+                    bot.y *= sa1 * sb1;
+                }
             }
         }
         warp::copy(out, acc);

@@ -186,10 +186,10 @@ def tk_fp8_gemm_rowwise(
     n = b.shape[0]
     ext = build.extension()
     a, b = _dense(a), _dense(b)
-    if scale_a.numel() == 1 and scale_b.numel() == 1:  # tensorwise: the kernel reads one scale each
-        sa, sb = _rowwise_scale(scale_a, 1, "scale_a"), _rowwise_scale(scale_b, 1, "scale_b")
-    else:
-        sa, sb = _rowwise_scale(scale_a, m, "scale_a"), _rowwise_scale(scale_b, n, "scale_b")
+    # Tensorwise (one scale each) keeps them as they are: the kernel then reads one scale each.
+    tensorwise = scale_a.numel() == 1 and scale_b.numel() == 1
+    sa = _rowwise_scale(scale_a, 1 if tensorwise else m, "scale_a")
+    sb = _rowwise_scale(scale_b, 1 if tensorwise else n, "scale_b")
     c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     with torch.cuda.device(a.device):
         # A partial last wave of tiles: the kernel splits the K loop of its last tiles over all SMs
