@@ -18,9 +18,11 @@ shape are printed after the tables, so that slow cells can be told apart: host-b
 "max rel err" is Triton rowwise promo vs torch._scaled_mm rowwise promo, relative to the largest |out|.
 
 ThunderKittens: when THUNDERKITTENS_ROOT points at a ThunderKittens clone and the extension builds
-(kernels/thunderkittens/build.py; the first build takes minutes, then it is cached), a "tk rw fast"
-column times titankit's TK rowwise GEMM (fast accumulation only), and "tk rel err" compares it with
-torch._scaled_mm rowwise fast the same way. Otherwise one line says why the column is absent.
+(kernels/thunderkittens/build.py; the first build takes minutes, then it is cached), "tk rw fast" and
+"tk tw fast" columns time titankit's TK GEMM with rowwise and tensorwise scales (fast accumulation
+only; one-element scales select its tensorwise kernel), and "tk rel err" / "tk tw rel err" compare
+them with torch._scaled_mm fast with the same scales the same way. Otherwise one line says why the
+columns are absent.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ SHAPES = {
 }
 BASE_COLUMNS = ["bf16 mm", "scaled_mm tw fast", "triton tw fast", "scaled_mm rw fast", "triton rw fast",
                 "scaled_mm rw promo", "triton rw promo"]
-TK_COLUMN = "tk rw fast"
+TK_COLUMNS = ["tk rw fast", "tk tw fast"]
 TRITON_COLUMNS = [c for c in BASE_COLUMNS if c.startswith("triton")]
 
 
@@ -91,7 +93,8 @@ def _fns(M: int, K: int, N: int, with_tk: bool) -> dict:
         "triton rw promo": triton(qx_r, qw_r.t(), sx_r, sw_r, False),
     }
     if with_tk:
-        fns[TK_COLUMN] = lambda: fp8.scaled_mm(qx_r, qw_r.t(), sx_r, sw_r, bf16, True, "thunderkittens")
+        fns["tk rw fast"] = lambda: fp8.scaled_mm(qx_r, qw_r.t(), sx_r, sw_r, bf16, True, "thunderkittens")
+        fns["tk tw fast"] = lambda: fp8.scaled_mm(qx_t, qw_t.t(), sx_t, sw_t, bf16, True, "thunderkittens")
     return fns
 
 
@@ -152,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
     tk_missing = thunderkittens_status()
     if tk_missing:
-        print(f"ThunderKittens column skipped: {tk_missing}")
-    columns = BASE_COLUMNS + ([] if tk_missing else [TK_COLUMN])
-    errs = ["max rel err"] + ([] if tk_missing else ["tk rel err"])
+        print(f"ThunderKittens columns skipped: {tk_missing}")
+    columns = BASE_COLUMNS + ([] if tk_missing else TK_COLUMNS)
+    errs = ["max rel err"] + ([] if tk_missing else ["tk rel err", "tk tw rel err"])
     tables = {t: [] for t in timers}
     picks, host = [], {}
     for group in groups:
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 tables[timer].append((label, M, K, N, row))
             pairs = [("triton rw promo", "scaled_mm rw promo")]
             if not tk_missing:
-                pairs.append((TK_COLUMN, "scaled_mm rw fast"))
+                pairs += [("tk rw fast", "scaled_mm rw fast"), ("tk tw fast", "scaled_mm tw fast")]
             err = []
             for ours, theirs in pairs:
                 ref = fns[theirs]().float()
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             for timer in timers:
                 tables[timer][-1] = (*tables[timer][-1], err)
             if label == "8B wk/wv":
-                host = {c: _host_us(fns[c]) for c in ("scaled_mm rw fast", "triton rw fast", TK_COLUMN)
+                host = {c: _host_us(fns[c]) for c in ("scaled_mm rw fast", "triton rw fast", *TK_COLUMNS)
                         if c in fns}
             print(f"  done {label}", flush=True)
     for timer in timers:

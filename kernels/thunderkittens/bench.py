@@ -6,10 +6,11 @@ Attention (bf16, causal, head dim 128): TK vs SDPA's cuDNN backend and our Trito
   8b       B 1, Hq 32, Hkv 8, S 8192 (Llama-3 8B)
   70b-tp8  B 1, Hq 8,  Hkv 1, S 8192 (Llama-3 70B under tensor parallel 8)
 FLOPs: forward = 4 B Hq S^2 D / 2 (the causal half), forward+backward = 3.5 x forward.
-FP8 GEMM (e4m3, rowwise scales, bf16 out): TK vs torch._scaled_mm rowwise (use_fast_accum=True,
-the same accumulation as TK's; and False), TFLOP/s = 2 M N K / time.
+FP8 GEMM (e4m3, bf16 out), rowwise and tensorwise scales: TK vs torch._scaled_mm with the same
+scales (use_fast_accum=True, the same accumulation as TK's; and False), TFLOP/s = 2 M N K / time.
 Times are medians of triton.testing.do_bench; each row also gives the max abs difference of the
-outputs against the baseline named in the row (cuDNN SDPA, or _scaled_mm with promotion).
+outputs against the baseline named in the row (cuDNN SDPA, or _scaled_mm with promotion and the
+same scales).
 """
 
 from __future__ import annotations
@@ -88,37 +89,47 @@ def attention_rows(name: str, shape: tuple) -> list[str]:
     return rows
 
 
-def gemm_rows(name: str, m: int, n: int, k: int) -> list[str]:
-    """Markdown rows (shape, implementation, ms, TFLOP/s, max abs diff vs _scaled_mm promoted)."""
+def _quantized(x: torch.Tensor, w: torch.Tensor, scaling: str) -> tuple:
+    """(qx, qw, sx, sw) with _scaled_mm's scale shapes: (M, 1) and (1, N) rowwise, scalars tensorwise."""
     from kernels.fp8 import reference as R
+
+    if scaling == "tensorwise":
+        (qx, sx), (qw, sw) = R.quantize_tensorwise(x), R.quantize_tensorwise(w)
+        return qx, qw, sx, sw
+    (qx, sx), (qw, sw) = R.quantize_rowwise(x), R.quantize_rowwise(w)
+    return qx, qw, sx, sw.reshape(1, -1)
+
+
+def gemm_rows(name: str, m: int, n: int, k: int) -> list[str]:
+    """Markdown rows (shape, implementation, ms, TFLOP/s, max abs diff vs _scaled_mm promoted),
+    rowwise then tensorwise scales; each scaling's rows are compared with its own promoted result."""
     from kernels.thunderkittens import ops
 
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
     w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).bfloat16()
-    qx, sx = R.quantize_rowwise(x)  # (M, K), (M, 1)
-    qw, sw = R.quantize_rowwise(w)  # (N, K), (N, 1)
-    sw = sw.reshape(1, -1)
-    fns = {
-        "thunderkittens": lambda: ops.fp8_gemm_rowwise(qx, qw, sx, sw),
-        "_scaled_mm fast accum": lambda: torch._scaled_mm(qx, qw.t(), sx, sw,
-                                                          out_dtype=torch.bfloat16,
-                                                          use_fast_accum=True),
-        "_scaled_mm promoted": lambda: torch._scaled_mm(qx, qw.t(), sx, sw,
-                                                        out_dtype=torch.bfloat16,
-                                                        use_fast_accum=False),
-    }
-    ref = fns["_scaled_mm promoted"]().float()
     rows = []
-    for impl, fn in fns.items():
-        try:
-            err = (fn().float() - ref).abs().max().item()
-            ms = _time(fn)
-        except (RuntimeError, ValueError) as e:
-            rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:80]} | | |")
-            continue
-        rows.append(f"| {name} | {impl} | {ms:.3f} | {2.0 * m * n * k / ms / 1e9:.0f} | "
-                    f"{err:.1e} |")
+    for scaling in ("rowwise", "tensorwise"):
+        qx, qw, sx, sw = _quantized(x, w, scaling)
+        fns = {  # the TK op picks its tensorwise kernel from the one-element scales
+            "thunderkittens": lambda: ops.fp8_gemm_rowwise(qx, qw, sx, sw),
+            "_scaled_mm fast accum": lambda: torch._scaled_mm(qx, qw.t(), sx, sw,
+                                                              out_dtype=torch.bfloat16,
+                                                              use_fast_accum=True),
+            "_scaled_mm promoted": lambda: torch._scaled_mm(qx, qw.t(), sx, sw,
+                                                            out_dtype=torch.bfloat16,
+                                                            use_fast_accum=False),
+        }
+        ref = fns["_scaled_mm promoted"]().float()
+        for impl, fn in fns.items():
+            label = f"{name} | {impl} {scaling}"
+            try:
+                err = (fn().float() - ref).abs().max().item()
+                ms = _time(fn)
+            except (RuntimeError, ValueError) as e:
+                rows.append(f"| {label} | n/a: {str(e).splitlines()[0][:80]} | | |")
+                continue
+            rows.append(f"| {label} | {ms:.3f} | {2.0 * m * n * k / ms / 1e9:.0f} | {err:.1e} |")
     return rows
 
 

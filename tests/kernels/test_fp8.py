@@ -431,7 +431,7 @@ def test_fp8_kernel_in_interpreter(name, interpreter_results):
 
 
 def test_bench_says_why_the_thunderkittens_column_is_absent(monkeypatch, tmp_path):
-    """`python -m kernels.bench fp8_gemm` adds a ThunderKittens column only when the extension can
+    """`python -m kernels.bench fp8_gemm` adds the ThunderKittens columns only when the extension can
     be built; otherwise it prints one line with the reason (no GPU is needed to get the reason)."""
     from kernels.fp8.bench import thunderkittens_status
 
