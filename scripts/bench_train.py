@@ -7,7 +7,9 @@
 A suite is a TOML file with [[variant]] tables: name, config, overrides (list of "--k=v"), and
 optionally ngpu, group and env (a table of environment variables for that variant's processes, e.g.
 PYTORCH_CUDA_ALLOC_CONF). Each variant runs as its own torchrun job (so a crash or OOM costs one row),
-with log_freq 1; tokens/s/GPU is total tokens over total wall time of the steps after warm-up.
+with log_freq 1; tokens/s/GPU is total tokens over total wall time of the steps after warm-up. On
+CUDA the last column is rank 0's mean SM clock and power draw over those steps (NVML; the H200
+trains at its power limit, and its clock explains much of the spread between machine starts).
 Variants with group = "70b-layers" and overrides setting model.overrides.n_layers to two depths
 give the per-layer extrapolation of ANCHORS.md section 3 to 80 layers, printed as an estimate.
 Arguments the script does not know (--section.key=value) are config overrides, added to every variant.
@@ -57,6 +59,7 @@ class Result:
     mem_reserved: float = 0.0
     alloc_retries: int = 0  # CUDA allocator retries over the measured steps (memory at its limit)
     final_loss: float = float("nan")
+    gpu_clock_power: tuple[float, float] | None = None  # rank 0's mean SM MHz and W, measured steps
     error: str = ""
     world: int = 0  # processes the variant ran on
     resolved: dict = field(default_factory=dict)
@@ -146,6 +149,11 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     res.mem_reserved = max(r["memory/max_reserved(GiB)"] for r in steady)
     res.alloc_retries = sum(int(r.get("memory/num_alloc_retries", 0)) for r in steady)
     res.final_loss = steady[-1]["loss_metrics/global_avg_loss"]
+    from trainer.gpu_monitor import CLOCK_KEY, POWER_KEY
+
+    if all(CLOCK_KEY in r and POWER_KEY in r for r in steady):
+        res.gpu_clock_power = tuple(sum(r[k] * r["time_metrics/end_to_end(s)"] for r in steady) / wall
+                                    for k in (CLOCK_KEY, POWER_KEY))
     res.resolved = read_toml(workdir / run_name / "config.toml")
     print(f"  {v.name}: {res.tps:,.0f} tokens/s/GPU in {time.time() - t0:.0f} s", flush=True)
     return res
@@ -207,12 +215,13 @@ def table(results: list[Result]) -> str:
 
     cuda = torch.cuda.is_available()
     head = ("| variant | model | layout | precision | compile | AC | local batch | seq | tokens/s/GPU "
-            "| TFLOP/s | MFU | max active / reserved GiB | alloc retries | loss, last measured step |")
-    lines = [head, "|" + "---|" * 14]
+            "| TFLOP/s | MFU | max active / reserved GiB | alloc retries | loss, last measured step "
+            "| GPU clock MHz / power W |")
+    lines = [head, "|" + "---|" * 15]
     for res in results:
         r = res.resolved
         if not res.ok:
-            lines.append(f"| {res.variant.name} | failed: {res.error} |" + " |" * 12)
+            lines.append(f"| {res.variant.name} | failed: {res.error} |" + " |" * 13)
             continue
         m, t = r["model"], r["training"]
         # On CPU the trainer computes in float32 whatever mixed_precision_param says.
@@ -226,11 +235,13 @@ def table(results: list[Result]) -> str:
         layers = m.get("overrides", {}).get("n_layers")
         model = f"{m['name']} {m['flavor']}" + (f" ({layers} layers)" if layers else "")
         mfu = "n/a" if res.mfu is None else f"{res.mfu:.1f}%"
+        gpu = "n/a" if res.gpu_clock_power is None else "{:,.0f} / {:.0f}".format(*res.gpu_clock_power)
         lines.append(
             f"| {res.variant.name} | {model} | {_layout(r, res.world)} | {prec}, attn {m['attention']} | "
             f"{'on' if r['compile']['enable'] else 'off'} | {ac} | {_batch(r, res.world)} | "
             f"{t['seq_len']} | {res.tps:,.0f} | {res.tflops:.0f} | {mfu} | "
-            f"{res.mem_active:.1f} / {res.mem_reserved:.1f} | {res.alloc_retries} | {res.final_loss:.4f} |")
+            f"{res.mem_active:.1f} / {res.mem_reserved:.1f} | {res.alloc_retries} | {res.final_loss:.4f} | "
+            f"{gpu} |")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 
+from trainer.gpu_monitor import CLOCK_KEY, POWER_KEY, GpuSampler
 from trainer.log import logger
 from trainer.metric_sinks import (
     JsonlSink,
@@ -148,7 +149,8 @@ class StepMeter:
     same keys (process RSS is not comparable to a GPU allocator's numbers, so it is not used).
     num_alloc_retries counts, per period, the times the CUDA caching allocator ran out, freed its
     cache and retried: each retry synchronises the device, so a run near the memory limit slows down
-    with no other sign in the memory figures.
+    with no other sign in the memory figures. With a `gpu` sampler, the period's mean SM clock and
+    power draw are added (trainer/gpu_monitor.py).
     """
 
     def __init__(
@@ -160,6 +162,7 @@ class StepMeter:
         tp: int = 1,
         device: torch.device | str = "cpu",
         clock: Callable[[], float] = time.perf_counter,
+        gpu: GpuSampler | None = None,
     ) -> None:
         if cp < 1 or tp < 1:
             raise ValueError(f"cp and tp degrees must be >= 1, got cp={cp}, tp={tp}")
@@ -168,6 +171,7 @@ class StepMeter:
         self.cp, self.tp = cp, tp
         self.device = torch.device(device)
         self._clock = clock
+        self._gpu = gpu
         self._retries_seen = self._alloc_retries()
         self.reset()
 
@@ -182,6 +186,8 @@ class StepMeter:
         self._tokens = 0
         self._steps = 0
         self._data_s = 0.0
+        if self._gpu is not None:
+            self._gpu.take()  # drop the readings from before this period
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
 
@@ -220,6 +226,8 @@ class StepMeter:
             "time_metrics/end_to_end(s)": elapsed / self._steps,
             "time_metrics/data_loading(%)": 100.0 * self._data_s / elapsed,
         }
+        if self._gpu is not None:
+            out.update(self._gpu.take())
         self.reset()
         return out
 
@@ -330,6 +338,7 @@ def format_console_line(step: int, row: dict[str, Any]) -> str:
         f"tps {row['throughput(tps)']:,.0f}  tflops {row['tflops']:.2f}  "
         f"mfu {'n/a' if mfu is None else f'{mfu:.2f}%'}  "
         f"memory {row['memory/max_active(GiB)']:.2f}GiB ({row['memory/max_reserved(GiB)']:.2f} reserved)"
+        + (f"  gpu {row[CLOCK_KEY]:,.0f} MHz {row[POWER_KEY]:.0f} W" if CLOCK_KEY in row else "")
         + (f"  alloc retries {row['memory/num_alloc_retries']} (near the memory limit: each one "
            "synchronises the GPU)" if row.get("memory/num_alloc_retries") else "")
     )

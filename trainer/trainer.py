@@ -23,6 +23,7 @@ from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_mo
 from trainer.data import SampleStream, build_dataset, build_tokenizer
 from trainer.distributed import init_distributed, set_train_timeout
 from trainer.log import init_logging, logger
+from trainer.gpu_monitor import GpuSampler
 from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
 from trainer.models import FAMILIES
 from trainer.optim import build_lr_scheduler, build_optimizer, clip_grads_, grad_norm
@@ -122,8 +123,11 @@ class Trainer:
         self.step = 0
         self.tokens_seen = 0
         self.metrics = MetricsLogger(cfg, self.run_dir, rank=self.rank, config=config_to_dict(cfg))
+        interval = cfg.metrics.gpu_sample_interval  # rank 0's GPU: the only rank that logs
+        self.gpu_sampler = (GpuSampler.for_device(self.device, interval)
+                            if interval > 0 and self.rank == 0 else None)
         self.meter = StepMeter(self.flops_per_token, resolve_peak_flops(cfg.metrics, self.device),
-                               cp=self.dims.cp, tp=self.dims.tp, device=self.device)
+                               cp=self.dims.cp, tp=self.dims.tp, device=self.device, gpu=self.gpu_sampler)
         dist.barrier()  # rank 0 may have waited on wandb.init; start the steps together
         self.checkpointer = None
         if cfg.checkpoint.enable or cfg.checkpoint.initial_load_path:
@@ -256,5 +260,7 @@ class Trainer:
         if self.checkpointer is not None:
             self.checkpointer.close()
         self.metrics.close()
+        if self.gpu_sampler is not None:
+            self.gpu_sampler.close()
         gc.enable()
 

@@ -37,6 +37,7 @@ def test_bench_runs_on_cpu_and_prints_a_table_with_profile(tmp_path, capsys, mon
     assert row["model"] == "llama3 debug (2 layers)"
     assert row["seq"] == "32" and row["local batch"] == "2"
     assert row["alloc retries"] == "0"  # CPU: no CUDA allocator
+    assert row["GPU clock MHz / power W"] == "n/a"  # CPU: nothing for NVML to read
     # Rows with the same batch and steps can be checked for the same training at a glance.
     assert 0 < float(row["loss, last measured step"]) < 20
     assert "Steps: 1 warm-up + 2 measured + 2 profiled" in printed

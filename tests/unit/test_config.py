@@ -323,6 +323,7 @@ def test_choice_suggests_the_right_spelling():
     ("--checkpoint.keep_latest_k=1", "checkpoint.keep_latest_k"),
     ("--checkpoint.interval=0", "checkpoint.interval"),
     ("--metrics.log_freq=0", "metrics.log_freq"),
+    ("--metrics.gpu_sample_interval=-0.5", "metrics.gpu_sample_interval"),
     ("--run.name=a/b", "run.name"),
     ("--activation_checkpoint.selective_ac_option=every", "activation_checkpoint.selective_ac_option"),
 ])

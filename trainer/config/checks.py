@@ -63,6 +63,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "checkpoint.load_step": (lambda v: v >= -1, "-1 (newest) or a step >= 0"),
     "metrics.log_freq": (lambda v: v >= 1, ">= 1"),
     "metrics.peak_tflops": (lambda v: v >= 0, ">= 0 (0 = look the device up)"),
+    "metrics.gpu_sample_interval": (lambda v: v >= 0, ">= 0 seconds (0 = no GPU clock and power metrics)"),
     "optimizer.lr": (lambda v: v > 0, "> 0"),
     "optimizer.eps": (lambda v: v > 0, "> 0"),
     "optimizer.weight_decay": (lambda v: v >= 0, ">= 0"),

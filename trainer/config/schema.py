@@ -139,6 +139,10 @@ class Metrics:
     """Write TensorBoard events into {run folder}/tb/."""
     peak_tflops: float = 0.0
     """Peak bf16 dense TFLOP/s of one device for MFU; 0 = look the device up in the peak table."""
+    gpu_sample_interval: float = 0.2
+    """Seconds between readings of rank 0's GPU SM clock and power draw (NVML, in a background
+    thread), logged per log step as gpu/sm_clock(MHz) and gpu/power(W); 0 = off. CUDA with
+    nvidia-ml-py only."""
 
 
 @dataclass
