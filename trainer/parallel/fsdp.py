@@ -171,7 +171,7 @@ def grad_sync_interval(model: nn.Module, dims: ParallelDims, cfg, grad_accum: in
         logger.warning(
             "parallelism.fsdp_grad_sync = %s with training.mixed_precision_reduce = bfloat16: the "
             "gradients of up to %d micro-batches are summed in bf16 (8 significant bits) before each "
-            "reduce (with pairs, a 40-step Llama-3 8B-layer test ended 5.5%% higher in loss: "
+            "reduce (with pairs, a 40-step test on 8 layers of Llama-3 8B ended 5.5%% higher in loss: "
             "docs/benchmarks.md 2e). Set training.mixed_precision_reduce = float32 to accumulate in "
             "fp32, or use fsdp_grad_sync = every_micro_batch (bf16 reduce, fp32 accumulation of the "
             "shards).",
