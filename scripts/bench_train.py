@@ -8,8 +8,8 @@ A suite is a TOML file with [[variant]] tables: name, config, overrides (list of
 optionally ngpu, group and env (a table of environment variables for that variant's processes, e.g.
 PYTORCH_CUDA_ALLOC_CONF). Each variant runs as its own torchrun job (so a crash or OOM costs one row),
 with log_freq 1; tokens/s/GPU is total tokens over total wall time of the steps after warm-up. On
-CUDA the last column is rank 0's mean SM clock and power draw over those steps (NVML; the H200
-trains at its power limit, and its clock explains much of the spread between machine starts).
+CUDA the last column is rank 0's mean SM clock and power draw over those steps (NVML), to tell a
+slower row from a throttled GPU.
 Variants with group = "70b-layers" and overrides setting model.overrides.n_layers to two depths
 give the per-layer extrapolation of ANCHORS.md section 3 to 80 layers, printed as an estimate.
 Arguments the script does not know (--section.key=value) are config overrides, added to every variant.

@@ -1,9 +1,9 @@
 """The GPU's SM clock and power draw, sampled beside training, as means per log period.
 
-An H200 trains at its 700 W power limit: the clock it settles at moves throughput by a few % between
-machine starts and holds kernels below the rates they reach in a short benchmark
-(docs/benchmarks.md sections 2e and 5b). With these two numbers in the log, a slow run can be told
-apart from a throttled one. A daemon thread reads NVML (through torch.cuda.clock_rate/power_draw,
+An H200 runs its FP8 GEMMs at the 700 W power limit (docs/benchmarks.md 5b), and in training the
+70B layers' kernels run below their benchmark rates (2e); whether a lower clock is why, and whether
+it explains the few % between machine starts, was not measured before these metrics. With them in
+the log, a slow run can be told apart from a throttled one. A daemon thread reads NVML (through torch.cuda.clock_rate/power_draw,
 which map the CUDA device to NVML's numbering) every `interval_s`; it never touches a CUDA stream, so
 it adds no work or synchronisation to the step. Without NVML (CPU, or no nvidia-ml-py) there is no
 sampler and the metrics are simply absent.
