@@ -5,7 +5,7 @@ An H200 runs its FP8 GEMMs at the 700 W power limit (docs/benchmarks.md 5b), and
 it explains the few % between machine starts, was not measured before these metrics. With them in
 the log, a slow run can be told apart from a throttled one. A daemon thread reads NVML (through torch.cuda.clock_rate/power_draw,
 which map the CUDA device to NVML's numbering) every `interval_s`; it never touches a CUDA stream, so
-it adds no work or synchronisation to the step. Without NVML (CPU, or no nvidia-ml-py) there is no
+it adds no GPU work or synchronisation to the step, only a few host calls per interval. Without NVML (CPU, or no nvidia-ml-py) there is no
 sampler and the metrics are simply absent.
 """
 

@@ -1,4 +1,4 @@
-"""The clock/power sampler on a real GPU: NVML readings are plausible and reach a training log."""
+"""The clock/power sampler on a real GPU: NVML readings under a matmul load are plausible."""
 
 from __future__ import annotations
 
