@@ -1,0 +1,62 @@
+"""scripts/layer_probe.py on CPU: the block's GEMMs are found by shape (so the split of a real 70B
+block on a GPU can be trusted to name the right matmuls), the fused variant really runs wider GEMMs,
+and bad arguments get a clear error."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("layer_probe", ROOT / "scripts" / "layer_probe.py")
+probe = importlib.util.module_from_spec(_spec)
+sys.modules["layer_probe"] = probe
+_spec.loader.exec_module(probe)
+
+# debug flavor: dim 128, 8 heads of 16, 4 KV heads (K/V width 64), SwiGLU width 384.
+FAST = ["--flavor", "debug", "--seq", "32", "--warmup", "1", "--iters", "2", "--lone-reps", "1",
+        "--no-compile"]
+
+
+def _gemm_rows(text: str, variant: str) -> dict[str, tuple[float, float]]:
+    section = text.split(f"## {variant}:")[1].split("\n## ")[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| ("):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = (float(cells[1]), float(cells[2]))
+    return rows
+
+
+def test_probe_names_each_gemm_of_the_block_by_shape(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "probe.md"
+    assert probe.main([*FAST, "--variants", "base,fused", "--out", str(out)]) == 0
+    text = out.read_text()
+    base = _gemm_rows(text, "base")
+    # Per pass, (M, K, N): w1 and w3 forward plus w2's input gradient (32, 128, 384); w2 forward plus
+    # the input gradients of w1 and w3 (32, 384, 128); wk and wv forward (32, 128, 64) and their input
+    # gradients (32, 64, 128); weight gradients of w1 and w3 (384, 32, 128) and of w2 (128, 32, 384).
+    expected = {"(32, 128, 384)": 3, "(32, 384, 128)": 3, "(32, 128, 64)": 2, "(32, 64, 128)": 2,
+                "(384, 32, 128)": 2, "(128, 32, 384)": 1}
+    assert {shape: base[shape][0] for shape in expected} == expected
+    fused = _gemm_rows(text, "fused")
+    assert fused["(32, 128, 768)"][0] == 1  # w1|w3 as one GEMM, its input and weight gradients
+    assert fused["(32, 768, 128)"][0] == 1 and fused["(768, 32, 128)"][0] == 1
+    assert fused["(32, 128, 256)"][0] == 1  # wq|wk|wv as one GEMM
+    assert fused["(32, 128, 384)"][0] == 1  # only w2's input gradient is left at width 384
+    assert fused["(32, 128, 256)"][0] == 1 and fused["(32, 256, 128)"][0] == 1  # wq|wk|wv, its dX
+    for variant in ("base", "fused"):
+        section = text.split(f"## {variant}:")[1]
+        assert "forward+backward" in section.splitlines()[0]
+        assert "| GEMM |" in section and "in the block," in section and " alone." in section
+
+
+def test_probe_rejects_unknown_variants_and_sizes(capsys):
+    with pytest.raises(SystemExit):
+        probe.main([*FAST, "--variants", "base,wide"])
+    assert "valid names are base, fused" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        probe.main([*FAST, "--seq", "0"])
+    assert "--seq" in capsys.readouterr().err
