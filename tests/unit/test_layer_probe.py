@@ -60,3 +60,19 @@ def test_probe_rejects_unknown_variants_and_sizes(capsys):
     with pytest.raises(SystemExit):
         probe.main([*FAST, "--seq", "0"])
     assert "--seq" in capsys.readouterr().err
+
+
+def test_gpu_kernels_are_tied_to_their_mm_by_external_id():
+    """On CUDA the GEMM time is the kernels' (not the CPU operator's), found through External id."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 50,
+         "args": {"External id": 5, "Input Dims": [[8192, 8192], [8192, 1024]]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "ts": 60, "dur": 50,
+         "args": {"External id": 6, "Input Dims": [[1024], [16, 32], [32, 1024]]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 120, "dur": 5,
+         "args": {"External id": 7, "Input Dims": [[8], [8]]}},
+        {"ph": "X", "cat": "kernel", "name": "nvjet_a", "ts": 100, "dur": 400, "args": {"External id": 5}},
+        {"ph": "X", "cat": "kernel", "name": "nvjet_b", "ts": 600, "dur": 30, "args": {"External id": 6}},
+        {"ph": "X", "cat": "kernel", "name": "add_kernel", "ts": 700, "dur": 3, "args": {"External id": 7}},
+    ]
+    assert probe.gemm_table(events) == {(8192, 8192, 1024): [400.0, 1], (16, 32, 1024): [30.0, 1]}
