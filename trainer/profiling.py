@@ -293,6 +293,14 @@ def _device_rows(ks: list[Kernel], n: int, step_us: float, data_us: float) -> li
         if cat == "elementwise/norm/other":
             rows.append(row("of which FSDP's copies and casts (launched in its FSDP:: regions)",
                             sum(k.duration for k in ks if k.category == cat and k.fsdp) / n))
+            # Whether FSDP's copies cost the step depends on what runs beside them: on its side
+            # streams they hide under the GEMMs; on a one-rank mesh FSDP2 casts on the compute
+            # stream, where nothing does (docs/benchmarks.md 2f).
+            fsdp_work = [i for k in ks if k.fsdp and k.category in (cat, "memcpy/memset")
+                         for i in k.intervals]
+            others = [i for k in ks if k.category in COMPUTE and not k.fsdp for i in k.intervals]
+            rows.append(row("FSDP's copies, casts and memcpys with no other compute kernel running",
+                            exposed_length(fsdp_work, others) / n))
     busy = total_length(iv(*COMPUTE, "comm", "memcpy/memset")) / n
     idle = max(step_us - busy, 0.0)
     rows += [row("communication (union of comm kernels)", total_length(iv("comm")) / n),

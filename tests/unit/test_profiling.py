@@ -197,6 +197,30 @@ def test_fsdp_copies_are_told_apart_by_the_thread_and_region_that_launched_them(
     assert _row(after, "communication (union") == _row(before, "communication (union")
 
 
+def test_fsdp_copies_under_compute_are_told_apart_from_those_the_step_waits_for():
+    """FSDP work beside a GEMM (its side streams) is hidden; FSDP work with no other compute kernel
+    running (a one-rank mesh casts on the compute stream) is what the step pays, memcpys included."""
+    trace = _gpu_trace()
+    assert _row(summarize_trace(trace, "synthetic"), "FSDP's copies, casts and memcpys") == 0
+    ev = trace["traceEvents"]
+
+    def launched(cat, name, start, dur, launch, corr, api="cudaLaunchKernel"):
+        ev.append(_x("cuda_runtime", api, launch, 2, correlation=corr))
+        ev.append(_x(cat, name, start, dur, device=0, stream=9, correlation=corr))
+
+    for step, t0 in enumerate((0.0, 1000.0)):
+        ev.append(_x("user_annotation", "FSDP::all_gather", t0 + 51, 8))
+        launched("kernel", "bfloat16_copy_kernel_cuda", t0 + 200, 20, t0 + 52, 8000 + step)  # under the GEMM
+        launched("kernel", "bfloat16_copy_kernel_cuda", t0 + 560, 30, t0 + 53, 8100 + step)  # alone
+        launched("gpu_memcpy", "Memcpy DtoD (Device -> Device)", t0 + 540, 20, t0 + 54, 8200 + step,
+                 api="cudaMemcpyAsync")  # 10 us beside the norm (500-550), 10 us alone
+        launched("kernel", "triton_poi_fused_add", t0 + 580, 20, t0 + 60, 8300 + step)  # not FSDP's
+    text = summarize_trace(trace, "synthetic")
+    assert _row(text, "of which FSDP's copies") == pytest.approx(0.050)
+    # Alone: the memcpy's 550-560 and the cast's 560-580 (the add covers 580-590).
+    assert _row(text, "FSDP's copies, casts and memcpys") == pytest.approx(0.030)
+
+
 def test_summary_rejects_a_trace_without_steps():
     with pytest.raises(ValueError, match="ProfilerStep"):
         summarize_trace({"traceEvents": [_x("kernel", "k", 0, 1)]}, "t.json")
