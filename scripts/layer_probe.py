@@ -6,7 +6,7 @@
 Builds one Llama-3 block of the flavor (bf16 weights, no FSDP, compiled like the trainer's blocks
 unless --no-compile), times forward+backward on (batch, seq, dim) inputs, then profiles two more
 passes and splits their device time: GEMMs by operator and shape, each beside the same matmul timed
-alone (`--lone`), attention, and the other kernels by name. Set against the trainer's per-layer time
+alone (skip with --no-lone), attention, and the other kernels by name. Set against the trainer's per-layer time
 (scripts/bench_train.py, two depths of the same model), the gap is what the training step adds
 around the block: FSDP's casts and copies, gradient reduction, the optimizer.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import tempfile
