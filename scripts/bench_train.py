@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -88,6 +89,12 @@ def load_suite(path: str) -> list[Variant]:
         out.append(Variant(**v))
     if not out:
         raise ValueError(f"{path}: no [[variant]] tables")
+    stems: dict[str, str] = {}
+    for v in out:  # each variant's log, profile and run folder are named by it
+        other = stems.setdefault(file_stem(v.name), v.name)
+        if other != v.name:
+            raise ValueError(f"{path}: variants {other!r} and {v.name!r} give the same file name "
+                             f"{file_stem(v.name)!r}; make them differ in a letter or digit")
     return out
 
 
@@ -103,11 +110,17 @@ def profile_overrides(warmup: int, steps: int, profile_steps: int) -> list[str]:
             f"--profiling.profile_steps={profile_steps}"]
 
 
+def file_stem(name: str) -> str:
+    """A variant name as a run and file name: letters, digits, '.', '-' and '_' only (commas, spaces
+    and slashes make awkward shell arguments, and some file transfers refuse them)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "variant"
+
+
 def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Path | None,
                 timeout: float, profile_steps: int = 0, trace_dir: Path | None = None) -> Result:
     ngpu = v.ngpu or _default_ngpu()
     total = warmup + steps + profile_steps
-    run_name = v.name.replace(" ", "_").replace("/", "_")
+    run_name = file_stem(v.name)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ngpu}",
            "-m", "trainer.train", "--config", v.config, *v.overrides,
            f"--training.steps={total}", "--metrics.log_freq=1", "--checkpoint.enable=false",

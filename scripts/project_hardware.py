@@ -39,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from scripts.bench_train import file_stem  # noqa: E402  (the names bench_train gives its files)
+
 GIB = 1024**3
 
 
@@ -218,6 +220,21 @@ def memory_line(rs: list[Row], model: str, flavor: str, src: Gpu, dst: Gpu, fsdp
             f"{need / GIB:.0f} GiB per GPU against {dst.memory / GIB:.0f} GiB on {dst.name}: {verdict}.")
 
 
+def _loose(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_")
+
+
+def profile_file(folder: Path, variant: str) -> Path:
+    """The <variant>.profile.md that bench_train wrote into `folder`. Matched loosely (any run of
+    punctuation, spaces and underscores counts as one separator): tables written before 2026-12-01
+    kept commas in these names, and some were renamed with underscores for file transfer."""
+    key = _loose(variant)
+    found = sorted(f for f in folder.glob("*.profile.md") if _loose(f.name[: -len(".profile.md")]) == key)
+    if len(found) > 1:
+        raise ValueError(f"{folder}: profiles {[f.name for f in found]} all match variant {variant!r}")
+    return found[0] if found else folder / f"{file_stem(variant)}.profile.md"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="bench_train --profile --out file (X.md, with X/ beside it)")
@@ -235,7 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     folder = bench.with_suffix("")
     profiles = {}
     for r in rows:
-        f = folder / (r.variant.replace(" ", "_").replace("/", "_") + ".profile.md")
+        try:
+            f = profile_file(folder, r.variant)
+        except ValueError as err:
+            ap.error(str(err))
         if not f.is_file():
             ap.error(f"{f}: missing; run bench_train with --profile --out {bench} to write it")
         profiles[r.variant] = parse_profile(f)

@@ -115,6 +115,19 @@ def test_suite_env_reaches_the_variant_and_is_reported(tmp_path, monkeypatch):
         bench.load_suite(str(bad))
 
 
+def test_variant_files_are_named_without_commas_and_names_that_collide_are_refused(tmp_path):
+    """Logs, profiles and run folders are named by the variant: only [A-Za-z0-9._-] survive, and two
+    variants that would share a file are an error at load time, not an overwritten log."""
+    assert bench.file_stem("70B noAC, 1 GPU, accum 8, 2 layers bf16") == "70B_noAC_1_GPU_accum_8_2_layers_bf16"
+    assert bench.file_stem("8B w1/w3 (tp=2)") == "8B_w1_w3_tp_2"
+    assert bench.file_stem(", ,") == "variant"
+    clash = tmp_path / "clash.toml"
+    clash.write_text('[[variant]]\nname = "a, b"\nconfig = "c.toml"\n\n'
+                     '[[variant]]\nname = "a b"\nconfig = "c.toml"\n')
+    with pytest.raises(ValueError, match="'a, b' and 'a b' give the same file name 'a_b'"):
+        bench.load_suite(str(clash))
+
+
 @pytest.mark.parametrize("suite", sorted(p.name for p in (ROOT / "scripts" / "bench_suites").glob("*.toml")))
 def test_every_shipped_suite_loads_and_its_variants_are_valid_configs(suite, monkeypatch):
     """A suite whose override names a key or value that no longer exists fails here, not on a GPU."""

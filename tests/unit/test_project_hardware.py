@@ -100,3 +100,24 @@ def test_bad_inputs_name_the_file(tmp_path):
     (tmp_path / "b" / "v.profile.md").unlink()
     with pytest.raises(SystemExit):
         proj.main(["--bench", str(b), "--target", "b200"])
+
+
+def test_profiles_are_found_under_every_name_bench_train_has_given_them(tmp_path):
+    """Now: only [A-Za-z0-9._-]; before 2026-12-01: commas kept; some folders renamed for transfer."""
+    variant = "70B full AC, accum 4, 4 layers bf16"
+    for name in ("70B_full_AC_accum_4_4_layers_bf16", "70B_full_AC,_accum_4,_4_layers_bf16",
+                 "70B_full_AC__accum_4__4_layers_bf16"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / f"{name}.profile.md").write_text("x")
+        (folder / "70B_full_AC_accum_4_8_layers_bf16.profile.md").write_text("x")  # another depth
+        assert proj.profile_file(folder, variant) == folder / f"{name}.profile.md"
+    missing = tmp_path / "empty"
+    missing.mkdir()
+    assert proj.profile_file(missing, variant).name == "70B_full_AC_accum_4_4_layers_bf16.profile.md"
+    both = tmp_path / "both"
+    both.mkdir()
+    for name in ("a,_b", "a_b"):
+        (both / f"{name}.profile.md").write_text("x")
+    with pytest.raises(ValueError, match="all match variant 'a, b'"):
+        proj.profile_file(both, "a, b")
