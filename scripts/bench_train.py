@@ -13,6 +13,7 @@ slower row from a throttled GPU.
 Variants with group = "70b-layers" and overrides setting model.overrides.n_layers to two depths
 give the per-layer extrapolation of ANCHORS.md section 3 to 80 layers, printed as an estimate.
 Arguments the script does not know (--section.key=value) are config overrides, added to every variant.
+--only REGEX runs the variants whose name matches (a suite too long for one sitting, in parts).
 
 --profile traces --profile-steps more steps after the measured ones (so the profiler never slows the
 measured steps) with trainer.profiling, and copies each variant's summary.md (where the time goes:
@@ -335,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="profile --profile-steps extra steps after the measured ones; needs --out")
     ap.add_argument("--profile-steps", type=int, default=3, help="steps traced with --profile")
     ap.add_argument("--traces", help="with --profile: keep each variant's Chrome traces in this folder")
+    ap.add_argument("--only", metavar="REGEX",
+                    help="run only the suite's variants whose name matches (re.search), e.g. 'local batch 4'")
     args, overrides = ap.parse_known_args(argv)
     if bool(args.suite) == bool(args.config):
         ap.error("give exactly one of --suite or --config")
@@ -346,6 +349,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--traces only makes sense with --profile")
     variants = load_suite(args.suite) if args.suite else [
         Variant(name=Path(args.config).stem, config=args.config)]
+    if args.only is not None:
+        try:
+            pattern = re.compile(args.only)
+        except re.error as err:
+            ap.error(f"--only {args.only!r}: not a regular expression ({err})")
+        kept = [v for v in variants if pattern.search(v.name)]
+        if not kept:
+            ap.error(f"--only {args.only!r} matches none of: " + "; ".join(v.name for v in variants))
+        variants = kept
     for v in variants:
         v.ngpu = v.ngpu or args.ngpu
         v.overrides = [*v.overrides, *overrides]

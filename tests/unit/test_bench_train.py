@@ -128,6 +128,23 @@ def test_variant_files_are_named_without_commas_and_names_that_collide_are_refus
         bench.load_suite(str(clash))
 
 
+def test_only_runs_the_matching_variants_and_says_which_exist(tmp_path, monkeypatch, capsys):
+    suite = tmp_path / "s.toml"
+    suite.write_text("".join(f'[[variant]]\nname = "{n}"\nconfig = "c.toml"\n\n'
+                             for n in ("70B local batch 2, 8 layers", "70B local batch 4, 4 layers")))
+    ran = []
+    monkeypatch.setattr(bench, "run_variant", lambda v, *a, **k: ran.append(v.name) or bench.Result(v, ok=False))
+    monkeypatch.setattr(bench, "environment", lambda: "env")
+    bench.main(["--suite", str(suite), "--only", "local batch 4"])
+    assert ran == ["70B local batch 4, 4 layers"]
+    with pytest.raises(SystemExit):
+        bench.main(["--suite", str(suite), "--only", "batch 8"])
+    assert "matches none of: 70B local batch 2, 8 layers; 70B local batch 4, 4 layers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--suite", str(suite), "--only", "("])
+    assert "not a regular expression" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("suite", sorted(p.name for p in (ROOT / "scripts" / "bench_suites").glob("*.toml")))
 def test_every_shipped_suite_loads_and_its_variants_are_valid_configs(suite, monkeypatch):
     """A suite whose override names a key or value that no longer exists fails here, not on a GPU."""
