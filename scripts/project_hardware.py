@@ -39,7 +39,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from scripts.bench_train import file_stem  # noqa: E402  (the names bench_train gives its files)
+# The names bench_train gives its files. scripts/ is not a package: import its module by directory
+# (an installed package called "scripts" would shadow a namespace import).
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_train import file_stem  # noqa: E402
 
 GIB = 1024**3
 
