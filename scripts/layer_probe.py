@@ -6,9 +6,11 @@
 Builds one Llama-3 block of the flavor (bf16 weights, no FSDP, compiled like the trainer's blocks
 unless --no-compile), times forward+backward on (batch, seq, dim) inputs, then profiles two more
 passes and splits their device time: GEMMs by operator and shape, each beside the same matmul timed
-alone (skip with --no-lone), attention, and the other kernels by name. Set against the trainer's per-layer time
-(scripts/bench_train.py, two depths of the same model), the gap is what the training step adds
-around the block: FSDP's casts and copies, gradient reduction, the optimizer.
+alone (bf16; skip with --no-lone), attention, and the other kernels by name. --float8 RECIPE runs
+the block's Linears in FP8 through the trainer's conversion (the weights are quantized in every
+forward, as in training). Set against the trainer's per-layer time (scripts/bench_train.py, two
+depths of the same model), the gap is what the training step adds around the block: FSDP's casts
+and copies, gradient reduction, the optimizer.
 
 Variants (--variants): "base", the block as the model has it; "fused", wq|wk|wv and w1|w3 each run
 as one GEMM on weights concatenated per call (the question being whether wider GEMMs run faster).
@@ -31,13 +33,15 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from trainer.config.schema import Float8  # noqa: E402
+from trainer.float8 import BACKENDS as FP8_BACKENDS, RECIPES as FP8_RECIPES, convert_to_float8_training  # noqa: E402
 from trainer.gpu_monitor import CLOCK_KEY, POWER_KEY, GpuSampler  # noqa: E402
 from trainer.models.llama import TransformerBlock  # noqa: E402
 from trainer.models.llama_flavors import LLAMA3_FLAVORS  # noqa: E402
 from trainer.models.rope import apply_rope, rope_table  # noqa: E402
 from trainer.profiling import load_trace, trace_kernels  # noqa: E402
 
-GEMM_OPS = ("aten::mm", "aten::addmm")
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::_scaled_mm")
 VARIANTS = ("base", "fused")
 
 
@@ -68,9 +72,9 @@ def fused_forward(block: TransformerBlock):
 
 
 def mm_shape(name: str, dims) -> tuple[int, int, int] | None:
-    """(M, K, N) of an aten::mm / aten::addmm from the profiler's Input Dims."""
+    """(M, K, N) of an aten::mm / addmm / _scaled_mm from the profiler's Input Dims."""
     try:
-        a, b = (dims[0], dims[1]) if name == "aten::mm" else (dims[1], dims[2])
+        a, b = (dims[1], dims[2]) if name == "aten::addmm" else (dims[0], dims[1])
         (m, k), (k2, n) = a, b
     except (TypeError, ValueError, IndexError):
         return None
@@ -158,6 +162,11 @@ def probe(variant: str, args, opts, device: torch.device) -> Result:
     with torch.no_grad():
         for p in block.parameters():
             p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
+    if opts.float8 != "none":
+        # The trainer's conversion (trainer/float8.py): every Linear of the block becomes a
+        # Float8Linear; the weight is quantized inside each forward, as with FSDP in training.
+        convert_to_float8_training(block, Float8(enable=True, recipe=opts.float8,
+                                                 backend=opts.float8_backend, filter_fqns=[]))
     if variant == "fused":
         block.forward = fused_forward(block)
     if opts.compile:
@@ -239,10 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--attention", default="sdpa", help="model.attention backend")
     ap.add_argument("--norm", default="torch", help="model.norm_backend")
     ap.add_argument("--variants", default="base", help=f"comma-separated, of {', '.join(VARIANTS)}")
+    ap.add_argument("--float8", default="none", choices=("none", *FP8_RECIPES),
+                    help="run the block's Linears in FP8 with this recipe (trainer/float8.py)")
+    ap.add_argument("--float8-backend", default="torch", choices=FP8_BACKENDS)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=10, help="timed passes")
     ap.add_argument("--no-compile", dest="compile", action="store_false")
-    ap.add_argument("--no-lone", dest="lone", action="store_false", help="skip timing each GEMM alone")
+    ap.add_argument("--no-lone", dest="lone", action="store_false",
+                    help="skip timing each GEMM alone (bf16 only: always skipped with --float8)")
     ap.add_argument("--lone-reps", type=int, default=20)
     ap.add_argument("--top", type=int, default=15, help="rows of the other-kernels table")
     ap.add_argument("--out", help="also write the report to this markdown file")
@@ -251,6 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
         ap.error(f"--variants {opts.variants!r}: valid names are {', '.join(VARIANTS)}")
+    if opts.float8 != "none" and opts.lone:
+        opts.lone = False  # lone_mm_ms times bf16 matmuls: no like-for-like partner for FP8 GEMMs
+        print("--float8: the GEMMs are not timed alone (that timing is bf16 only)", file=sys.stderr)
+    if opts.float8 != "none" and "fused" in variants:
+        ap.error("--variants fused runs its projections through F.linear, not Float8Linear: "
+                 "it cannot be combined with --float8")
     if opts.seq < 1 or opts.batch < 1 or opts.iters < 1 or opts.warmup < 0:
         ap.error("--seq, --batch and --iters must be >= 1, --warmup >= 0")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -261,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         ap.error(str(err))
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    lines = [f"# Llama-3 {opts.flavor} block, batch {opts.batch} x seq {opts.seq}, bf16, "
+    precision = "bf16" if opts.float8 == "none" else f"FP8 {opts.float8} ({opts.float8_backend})"
+    lines = [f"# Llama-3 {opts.flavor} block, batch {opts.batch} x seq {opts.seq}, {precision}, "
              f"{'compiled' if opts.compile else 'eager'}, attention {opts.attention}, norm {opts.norm}",
              "", f"{where}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}", ""]
     for v in variants:

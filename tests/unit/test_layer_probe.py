@@ -76,3 +76,19 @@ def test_gpu_kernels_are_tied_to_their_mm_by_external_id():
         {"ph": "X", "cat": "kernel", "name": "add_kernel", "ts": 700, "dur": 3, "args": {"External id": 7}},
     ]
     assert probe.gemm_table(events) == {(8192, 8192, 1024): [400.0, 1], (16, 32, 1024): [30.0, 1]}
+
+
+def test_probe_runs_the_block_in_fp8_through_the_trainers_conversion(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "fp8.md"
+    assert probe.main([*FAST, "--float8", "tensorwise", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("# Llama-3 debug block, batch 1 x seq 32, FP8 tensorwise (torch),")
+    base = _gemm_rows(text, "base")
+    assert base["(32, 128, 384)"][0] == 3  # the same GEMMs, now FP8 (emulated on CPU)
+    assert "| aten::amax |" in text  # the dynamic scales: Float8Linear really ran
+    assert "in the block," not in text  # no bf16 "alone" partner for FP8 GEMMs
+    assert "not timed alone" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        probe.main([*FAST, "--float8", "tensorwise", "--variants", "fused"])
+    assert "cannot be combined with --float8" in capsys.readouterr().err
