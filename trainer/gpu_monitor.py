@@ -1,12 +1,12 @@
 """The GPU's SM clock and power draw, sampled beside training, as means per log period.
 
-An H200 runs its FP8 GEMMs at the 700 W power limit (docs/benchmarks.md 5b), and in training the
-70B layers' kernels run below their benchmark rates (2e); whether a lower clock is why, and whether
-it explains the few % between machine starts, was not measured before these metrics. With them in
-the log, a slow run can be told apart from a throttled one. A daemon thread reads NVML (through torch.cuda.clock_rate/power_draw,
-which map the CUDA device to NVML's numbering) every `interval_s`; it never touches a CUDA stream, so
-it adds no GPU work or synchronisation to the step, only a few host calls per interval. Without NVML (CPU, or no nvidia-ml-py) there is no
-sampler and the metrics are simply absent.
+An H200 runs its FP8 GEMMs at the 700 W power limit (docs/benchmarks.md 5b), and throughput differs
+by a few % between machine starts (2e); with the clock and power in the log, a slow run can be told
+apart from a throttled one (2f: the slower of two starts ran at a 3-4% lower clock at the same draw).
+A daemon thread reads NVML (through torch.cuda.clock_rate/power_draw, which map the CUDA device to
+NVML's numbering) every `interval_s`. It never touches a CUDA stream, so it adds no GPU work or
+synchronisation to the step, only a few host calls per interval. Without NVML (CPU, or no
+nvidia-ml-py) there is no sampler and the metrics are simply absent.
 """
 
 from __future__ import annotations
