@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from trainer.config.schema import Comm
 from trainer.log import logger
+from trainer.parallel.fsdp_comm import set_cta_policy_env
 from trainer.parallel.dims import env_local_rank
 
 
@@ -20,11 +21,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def set_nccl_env(comm: Comm, run_dir: str) -> None:
-    """Defaults that turn a hung collective into a clear error with a trace, instead of a silent hang.
+def set_nccl_env(comm: Comm, run_dir: str, fsdp_all_gather: str = "nccl") -> None:
+    """Defaults that turn a hung collective into a clear error with a trace, instead of a silent hang,
+    and the CTA policy that copy-engine all-gathers need (trainer/parallel/fsdp_comm.py).
 
     Set before the process group starts; a value the user exported wins.
     """
+    set_cta_policy_env(fsdp_all_gather)
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")  # abort the comm, then raise
     if comm.trace_buf_size > 0:
         os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(comm.trace_buf_size))
@@ -36,7 +39,7 @@ def set_nccl_env(comm: Comm, run_dir: str) -> None:
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
 
-def init_distributed(comm: Comm, run_dir: str) -> torch.device:
+def init_distributed(comm: Comm, run_dir: str, fsdp_all_gather: str = "nccl") -> torch.device:
     """Start the default process group (gloo on CPU; NCCL for CUDA tensors plus gloo for CPU ones).
 
     A plain `python -m trainer.train` (no torchrun) becomes a 1-rank group, so every code path is the
@@ -50,7 +53,7 @@ def init_distributed(comm: Comm, run_dir: str) -> torch.device:
     if torch.cuda.is_available():
         device = torch.device("cuda", env_local_rank())
         torch.cuda.set_device(device)
-        set_nccl_env(comm, run_dir)
+        set_nccl_env(comm, run_dir, fsdp_all_gather)
         backend = "cpu:gloo,cuda:nccl"
     else:
         device = torch.device("cpu")

@@ -60,7 +60,7 @@ class Trainer:
         if cfg.run.deterministic:
             # Must be set before cuBLAS starts; needed for bitwise-reproducible matmuls.
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        self.device = init_distributed(cfg.comm, str(self.run_dir))
+        self.device = init_distributed(cfg.comm, str(self.run_dir), cfg.parallelism.fsdp_all_gather)
         self.rank = dist.get_rank()
         self.mesh = self.dims.build_mesh(self.device.type)
         logger.info(f"parallel dims: {self.dims}")

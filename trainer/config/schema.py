@@ -86,6 +86,10 @@ class Parallelism:
     micro-batch's backward) or last_micro_batch (keep them until the step's last backward: the
     next micro-batch skips its all-gathers and their copies; with fsdp_reshard_after_forward =
     never this costs no extra peak memory, otherwise one unsharded copy of the model per rank)."""
+    fsdp_all_gather: str = "nccl"
+    """nccl (NCCL's all-gather kernels) or copy_engine: gather into NCCL symmetric memory under
+    NCCL's zero-CTA policy, so that within a node the GPUs' copy engines move the shards and every
+    SM stays with the compute the gathers overlap (CUDA, NCCL >= 2.28; reduce-scatters stay kernels)."""
     enable_loss_parallel: bool = True
     """With TP, compute the loss on the vocab-sharded logits instead of gathering them."""
 

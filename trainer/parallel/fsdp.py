@@ -15,18 +15,22 @@ already its exact share of the global mean: FSDP must sum, never average
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from trainer.config.checks import GRAD_SYNC_EVERY
 from trainer.parallel.dims import ParallelDims
+from trainer.parallel.fsdp_comm import attach_all_gather, check_copy_engine_supported, make_symmetric_all_gather
 
 logger = logging.getLogger("titankit")
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _RESHARD_POLICIES = ("default", "always", "never")
+ALL_GATHERS = ("nccl", "copy_engine")
 
 
 def _dtype(key: str, value: str) -> torch.dtype:
@@ -69,14 +73,20 @@ def apply_fsdp(
     device_type: str = "cpu",
     ignored_params: set | None = None,
     prefetch: int = 1,
+    all_gather: str = "nccl",
 ) -> nn.Module:
     """Wrap the llama-shaped `model` (tok_embeddings, layers, norm, output) in FSDP2 units.
-    `ignored_params` (MoE experts with one owner each) stay outside every unit."""
+    `ignored_params` (MoE experts with one owner each) stay outside every unit. `all_gather`:
+    "nccl", or "copy_engine" (trainer/parallel/fsdp_comm.py) for these units' all-gathers."""
     if reshard_after_forward not in _RESHARD_POLICIES:
         raise ValueError(
             f"parallelism.fsdp_reshard_after_forward = {reshard_after_forward!r}: valid values are "
             f"{list(_RESHARD_POLICIES)}"
         )
+    if all_gather not in ALL_GATHERS:
+        raise ValueError(f"parallelism.fsdp_all_gather = {all_gather!r}: valid values are {list(ALL_GATHERS)}")
+    if all_gather == "copy_engine":
+        check_copy_engine_supported(device_type)  # before anything is sharded
     mesh = fsdp_mesh(dims)
     mp = mixed_precision_policy(training, device_type)
     # "default": the last unit's parameters are needed again at once by backward, so keeping them
@@ -84,9 +94,12 @@ def apply_fsdp(
     inner = reshard_after_forward != "never"
     last = reshard_after_forward == "always"
 
+    units = []
+
     def shard(module, reshard: bool) -> None:
-        fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard,
-                    ignored_params=ignored_params or None)
+        unit = fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard,
+                           ignored_params=ignored_params or None)
+        units.append(unit[0] if isinstance(unit, list) else unit)  # a list of modules shares one unit
 
     if getattr(model, "tok_embeddings", None) is not None:
         shard(model.tok_embeddings, inner)
@@ -99,14 +112,16 @@ def apply_fsdp(
 
     if prefetch > 1:
         set_prefetch(list(model.layers.values()), prefetch)
-    units = 0
+    n_units = 0
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             # Plain SUM collectives: gloo has no PREMUL_SUM, and NCCL's PreMulSum has had bf16 bugs
             # (pytorch#155903); with a factor of 1 nothing needs scaling anyway.
             module.set_force_sum_reduction_for_comms(True)
-            units += 1
+            n_units += 1
+    if all_gather == "copy_engine":
+        _use_copy_engine(units, (mesh["dp_shard_cp"] if dims.hsdp_enabled else mesh).get_group())
     kind = "HSDP" if dims.hsdp_enabled else "FSDP2"
     if not (dims.hsdp_enabled or dims.fsdp_enabled):
         kind = "FSDP2 (mixed precision only; nothing to shard)"
@@ -115,10 +130,27 @@ def apply_fsdp(
     logger.info(
         "Applied %s over %s: %d FSDP modules, param_dtype=%s reduce_dtype=%s, reshard_after_forward=%s, "
         "gradient divide factor 1 (loss is normalised by the global token count)",
-        kind, shape, units, str(mp.param_dtype).removeprefix("torch."),
+        kind, shape, n_units, str(mp.param_dtype).removeprefix("torch."),
         str(mp.reduce_dtype).removeprefix("torch."), reshard_after_forward,
     )
     return model
+
+
+def _use_copy_engine(units: list, group) -> None:
+    check_copy_engine_supported("cuda", group)
+    size = dist.get_world_size(group)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    if size == 1:
+        logger.info("parallelism.fsdp_all_gather = copy_engine has no effect: the FSDP shard group has "
+                    "one rank, so FSDP gathers nothing")
+        return
+    if size > local:
+        logger.warning("parallelism.fsdp_all_gather = copy_engine: the FSDP shard group (%d ranks) spans "
+                       "nodes (%d ranks per node); copy engines only reach GPUs of the same node, so NCCL "
+                       "falls back to kernels across nodes", size, local)
+    attach_all_gather(units, make_symmetric_all_gather(), group)
+    logger.info("parallelism.fsdp_all_gather = copy_engine: %d FSDP units gather into NCCL symmetric "
+                "memory (NCCL_CTA_POLICY=%s)", len(units), os.environ.get("NCCL_CTA_POLICY", "unset"))
 
 
 def set_prefetch(blocks: list[nn.Module], depth: int) -> None:

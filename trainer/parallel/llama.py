@@ -60,6 +60,7 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
             reshard_after_forward=par.fsdp_reshard_after_forward,
             device_type=dev,
             prefetch=par.fsdp_prefetch,
+            all_gather=par.fsdp_all_gather,
         )
     elif dims.world_size > 1:
         logger.info("No data parallelism to apply (dp_replicate = dp_shard = cp = tp = 1)")

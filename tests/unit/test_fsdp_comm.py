@@ -1,0 +1,72 @@
+"""parallelism.fsdp_all_gather = copy_engine: what it needs, and the clear errors when it is missing.
+FSDP's routing of every gather through the attached object: tests/distributed/test_fsdp_custom_all_gather.py;
+the copy engines themselves on 2 GPUs: tests/gpu/test_fsdp_copy_engine_gpu.py."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import pytest
+import torch
+
+from tests.helpers.one_rank import one_rank_group
+from trainer.config.schema import JobConfig
+from trainer.parallel import fsdp_comm
+from trainer.parallel.dims import ParallelDims
+from trainer.parallel.fsdp import apply_fsdp
+
+
+def test_the_zero_cta_policy_is_set_before_the_process_group_starts(monkeypatch, caplog):
+    monkeypatch.delenv("NCCL_CTA_POLICY", raising=False)
+    fsdp_comm.set_cta_policy_env("nccl")
+    assert "NCCL_CTA_POLICY" not in os.environ
+    fsdp_comm.set_cta_policy_env("copy_engine")
+    assert os.environ["NCCL_CTA_POLICY"] == "2"
+
+
+def test_an_exported_cta_policy_wins_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setenv("NCCL_CTA_POLICY", "1")
+    log = logging.getLogger("titankit")
+    log.addHandler(caplog.handler)  # trainer.log may have turned propagation off
+    try:
+        with caplog.at_level(logging.WARNING, logger="titankit"):
+            fsdp_comm.set_cta_policy_env("copy_engine")
+    finally:
+        log.removeHandler(caplog.handler)
+    assert os.environ["NCCL_CTA_POLICY"] == "1"
+    assert any("NCCL_CTA_POLICY=1" in r.getMessage() and "zero-CTA" in r.getMessage() for r in caplog.records)
+
+
+def test_a_cpu_run_is_refused_before_sharding():
+    cfg = JobConfig()
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleDict({"0": torch.nn.Linear(4, 4)})
+    with one_rank_group():
+        dims = ParallelDims(1, 1, 1, 1, 1, world_size=1)
+        dims.build_mesh("cpu")
+        with pytest.raises(ValueError, match=r"fsdp_all_gather = 'copy_engine' needs CUDA GPUs and NCCL; "
+                                             r"this run is on cpu.*'nccl'"):
+            apply_fsdp(model, dims, cfg.training, device_type="cpu", all_gather="copy_engine")
+        with pytest.raises(ValueError, match=r"fsdp_all_gather = 'sometimes'.*nccl.*copy_engine"):
+            apply_fsdp(model, dims, cfg.training, device_type="cpu", all_gather="sometimes")
+
+
+def test_missing_torch_api_and_old_nccl_are_named(monkeypatch):
+    monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: None)
+    with pytest.raises(ValueError, match=re.escape(f"torch {torch.__version__} lacks") + ".*Use 'nccl'"):
+        fsdp_comm.check_copy_engine_supported("cuda")
+    monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: (object, object))
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 7))
+    with pytest.raises(ValueError, match=r"NCCL >= 2\.28.*runs NCCL 2\.27\.7"):
+        fsdp_comm.check_copy_engine_supported("cuda")
+    with one_rank_group():  # a gloo group under a CUDA device type (a mis-built mesh)
+        with pytest.raises(ValueError, match="needs the NCCL backend; the FSDP group uses gloo"):
+            fsdp_comm.check_copy_engine_supported("cuda", torch.distributed.group.WORLD)
+
+
+def test_this_torch_has_what_the_copy_engine_path_uses():
+    """torch 2.11 (the GPU machines) through 2.14 (here): FSDP2's custom all-gather and the NCCL
+    symmetric-memory pool."""
+    assert fsdp_comm._fsdp_api() is not None
