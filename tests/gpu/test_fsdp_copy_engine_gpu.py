@@ -52,6 +52,10 @@ def _run(rank: int, world: int, port: int, setting: str, dump: str, out: str) ->
             torch.save({"losses": losses, "kernels": kernels, "policy": os.environ.get("NCCL_CTA_POLICY")}, out)
     except Exception:
         raise RuntimeError(f"rank {rank} ({setting}) failed:\n{traceback.format_exc()}") from None
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    os._exit(0)  # no interpreter teardown after a passing run (as tests/distributed's worlds do)
 
 
 @pytest.fixture(scope="module")
