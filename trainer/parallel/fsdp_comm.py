@@ -29,9 +29,10 @@ MIN_NCCL = (2, 28)  # the first NCCL with copy-engine collectives
 
 
 def set_cta_policy_env(fsdp_all_gather: str) -> None:
-    """Before init_process_group: the zero-CTA policy that lets NCCL use the copy engines. It is
-    communicator-wide, but collectives the copy engines cannot do (reduce-scatter, all-reduce,
-    all-to-all without symmetric buffers) still run their kernels. A value the user exported wins."""
+    """Before init_process_group: the zero-CTA policy that lets NCCL use the copy engines. It applies
+    to every communicator of the process; NCCL documents it as "zero CTAs where it can", so the
+    collectives with no copy-engine path here (the reduce-scatters) still run as kernels (the 2-GPU
+    test checks that they do). A value the user exported wins."""
     if fsdp_all_gather != "copy_engine":
         return
     current = os.environ.setdefault("NCCL_CTA_POLICY", ZERO_CTA_POLICY)
