@@ -1,6 +1,7 @@
-"""parallelism.fsdp_all_gather = copy_engine: what it needs, and the clear errors when it is missing.
-FSDP's routing of every gather through the attached object: tests/distributed/test_fsdp_custom_all_gather.py;
-the copy engines themselves on 2 GPUs: tests/gpu/test_fsdp_copy_engine_gpu.py."""
+"""parallelism.fsdp_all_gather = copy_engine and fsdp_reduce_scatter = symmetric_memory: what they
+need, and the clear errors when it is missing. FSDP's routing of every collective through the
+attached objects: tests/distributed/test_fsdp_custom_collectives.py; the real thing on 2 GPUs:
+tests/gpu/test_fsdp_copy_engine_gpu.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from trainer.config.schema import JobConfig
 from trainer.parallel import fsdp_comm
 from trainer.parallel.dims import ParallelDims
 from trainer.parallel.fsdp import apply_fsdp
+
+SETTING = "parallelism.fsdp_all_gather = 'copy_engine'"
 
 
 def test_the_zero_cta_policy_is_set_before_the_process_group_starts(monkeypatch, caplog):
@@ -49,24 +52,40 @@ def test_a_cpu_run_is_refused_before_sharding():
         with pytest.raises(ValueError, match=r"fsdp_all_gather = 'copy_engine' needs CUDA GPUs and NCCL; "
                                              r"this run is on cpu.*'nccl'"):
             apply_fsdp(model, dims, cfg.training, device_type="cpu", all_gather="copy_engine")
+        with pytest.raises(ValueError, match=r"fsdp_reduce_scatter = 'symmetric_memory' needs CUDA GPUs"):
+            apply_fsdp(model, dims, cfg.training, device_type="cpu", reduce_scatter="symmetric_memory")
         with pytest.raises(ValueError, match=r"fsdp_all_gather = 'sometimes'.*nccl.*copy_engine"):
             apply_fsdp(model, dims, cfg.training, device_type="cpu", all_gather="sometimes")
+        with pytest.raises(ValueError, match=r"fsdp_reduce_scatter = 'sometimes'.*nccl.*symmetric_memory"):
+            apply_fsdp(model, dims, cfg.training, device_type="cpu", reduce_scatter="sometimes")
 
 
 def test_missing_torch_api_and_old_nccl_are_named(monkeypatch):
     monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: None)
     with pytest.raises(ValueError, match=re.escape(f"torch {torch.__version__} lacks") + ".*Use 'nccl'"):
-        fsdp_comm.check_copy_engine_supported("cuda")
-    monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: (object, object))
+        fsdp_comm.check_symmetric_memory_supported(SETTING, "cuda")
+    monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: (object, object, object))
     monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 7))
     with pytest.raises(ValueError, match=r"NCCL >= 2\.28.*runs NCCL 2\.27\.7"):
-        fsdp_comm.check_copy_engine_supported("cuda")
+        fsdp_comm.check_symmetric_memory_supported(SETTING, "cuda")
     with one_rank_group():  # a gloo group under a CUDA device type (a mis-built mesh)
         with pytest.raises(ValueError, match="needs the NCCL backend; the FSDP group uses gloo"):
-            fsdp_comm.check_copy_engine_supported("cuda", torch.distributed.group.WORLD)
+            fsdp_comm.check_symmetric_memory_supported(SETTING, "cuda", torch.distributed.group.WORLD)
 
 
 def test_this_torch_has_what_the_copy_engine_path_uses():
-    """torch 2.11 (the GPU machines) through 2.14 (here): FSDP2's custom all-gather and the NCCL
-    symmetric-memory pool."""
+    """torch 2.11 (the GPU machines) through 2.14 (here): FSDP2's custom all-gather and
+    reduce-scatter and the NCCL symmetric-memory pool."""
     assert fsdp_comm._fsdp_api() is not None
+
+
+def test_the_trainers_mixed_backend_counts_as_nccl(monkeypatch):
+    """A CUDA run's process group is "cpu:gloo,cuda:nccl" (trainer/distributed.py): NCCL serves the
+    gathers. (The first GPU run refused it, when the check compared the whole string.)"""
+    monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: (object, object, object))
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 28, 9))
+    monkeypatch.setattr(fsdp_comm.dist, "get_backend", lambda group: "cpu:gloo,cuda:nccl")
+    fsdp_comm.check_symmetric_memory_supported(SETTING, "cuda", object())
+    monkeypatch.setattr(fsdp_comm.dist, "get_backend", lambda group: "cpu:gloo,cuda:gloo")
+    with pytest.raises(ValueError, match="uses cpu:gloo,cuda:gloo"):
+        fsdp_comm.check_symmetric_memory_supported(SETTING, "cuda", object())

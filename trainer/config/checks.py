@@ -29,6 +29,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "parallelism.fsdp_reshard_after_forward": ("default", "always", "never"),
     "parallelism.fsdp_reshard_after_backward": ("every_micro_batch", "last_micro_batch"),
     "parallelism.fsdp_all_gather": ("nccl", "copy_engine"),
+    "parallelism.fsdp_reduce_scatter": ("nccl", "symmetric_memory"),
     "activation_checkpoint.mode": ("none", "full", "selective", "memory_budget"),
     "checkpoint.async_mode": ("disabled", "async"),
     "optimizer.name": ("AdamW",),

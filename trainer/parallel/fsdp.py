@@ -24,13 +24,14 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from trainer.config.checks import GRAD_SYNC_EVERY
 from trainer.parallel.dims import ParallelDims
-from trainer.parallel.fsdp_comm import attach_all_gather, check_copy_engine_supported, make_symmetric_all_gather
+from trainer.parallel import fsdp_comm
 
 logger = logging.getLogger("titankit")
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _RESHARD_POLICIES = ("default", "always", "never")
 ALL_GATHERS = ("nccl", "copy_engine")
+REDUCE_SCATTERS = ("nccl", "symmetric_memory")
 
 
 def _dtype(key: str, value: str) -> torch.dtype:
@@ -74,19 +75,24 @@ def apply_fsdp(
     ignored_params: set | None = None,
     prefetch: int = 1,
     all_gather: str = "nccl",
+    reduce_scatter: str = "nccl",
 ) -> nn.Module:
     """Wrap the llama-shaped `model` (tok_embeddings, layers, norm, output) in FSDP2 units.
-    `ignored_params` (MoE experts with one owner each) stay outside every unit. `all_gather`:
-    "nccl", or "copy_engine" (trainer/parallel/fsdp_comm.py) for these units' all-gathers."""
+    `ignored_params` (MoE experts with one owner each) stay outside every unit. `all_gather`
+    ("nccl" or "copy_engine") and `reduce_scatter` ("nccl" or "symmetric_memory") choose these
+    units' collectives (trainer/parallel/fsdp_comm.py)."""
     if reshard_after_forward not in _RESHARD_POLICIES:
         raise ValueError(
             f"parallelism.fsdp_reshard_after_forward = {reshard_after_forward!r}: valid values are "
             f"{list(_RESHARD_POLICIES)}"
         )
     if all_gather not in ALL_GATHERS:
-        raise ValueError(f"parallelism.fsdp_all_gather = {all_gather!r}: valid values are {list(ALL_GATHERS)}")
-    if all_gather == "copy_engine":
-        check_copy_engine_supported(device_type)  # before anything is sharded
+        raise ValueError(f"{fsdp_comm.AG_KEY} = {all_gather!r}: valid values are {list(ALL_GATHERS)}")
+    if reduce_scatter not in REDUCE_SCATTERS:
+        raise ValueError(f"{fsdp_comm.RS_KEY} = {reduce_scatter!r}: valid values are {list(REDUCE_SCATTERS)}")
+    symmetric = _symmetric_settings(all_gather, reduce_scatter)
+    for setting in symmetric:  # before anything is sharded
+        fsdp_comm.check_symmetric_memory_supported(setting, device_type)
     mesh = fsdp_mesh(dims)
     mp = mixed_precision_policy(training, device_type)
     # "default": the last unit's parameters are needed again at once by backward, so keeping them
@@ -120,8 +126,9 @@ def apply_fsdp(
             # (pytorch#155903); with a factor of 1 nothing needs scaling anyway.
             module.set_force_sum_reduction_for_comms(True)
             n_units += 1
-    if all_gather == "copy_engine":
-        _use_copy_engine(units, (mesh["dp_shard_cp"] if dims.hsdp_enabled else mesh).get_group())
+    if symmetric:
+        _use_symmetric_memory(units, (mesh["dp_shard_cp"] if dims.hsdp_enabled else mesh).get_group(),
+                              all_gather, reduce_scatter)
     kind = "HSDP" if dims.hsdp_enabled else "FSDP2"
     if not (dims.hsdp_enabled or dims.fsdp_enabled):
         kind = "FSDP2 (mixed precision only; nothing to shard)"
@@ -136,21 +143,32 @@ def apply_fsdp(
     return model
 
 
-def _use_copy_engine(units: list, group) -> None:
-    check_copy_engine_supported("cuda", group)
+def _symmetric_settings(all_gather: str, reduce_scatter: str) -> list[str]:
+    """The settings, as the user wrote them, that need NCCL symmetric memory."""
+    return ([f"{fsdp_comm.AG_KEY} = 'copy_engine'"] if all_gather == "copy_engine" else []) + (
+        [f"{fsdp_comm.RS_KEY} = 'symmetric_memory'"] if reduce_scatter == "symmetric_memory" else [])
+
+
+def _use_symmetric_memory(units: list, group, all_gather: str, reduce_scatter: str) -> None:
+    settings = " and ".join(_symmetric_settings(all_gather, reduce_scatter))
+    for setting in _symmetric_settings(all_gather, reduce_scatter):
+        fsdp_comm.check_symmetric_memory_supported(setting, "cuda", group)
     size = dist.get_world_size(group)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
     if size == 1:
-        logger.info("parallelism.fsdp_all_gather = copy_engine has no effect: the FSDP shard group has "
-                    "one rank, so FSDP gathers nothing")
+        logger.info("%s: no effect, the FSDP shard group has one rank (FSDP gathers and reduces nothing)",
+                    settings)
         return
     if size > local:
-        logger.warning("parallelism.fsdp_all_gather = copy_engine: the FSDP shard group (%d ranks) spans "
-                       "nodes (%d ranks per node); copy engines only reach GPUs of the same node, so NCCL "
-                       "falls back to kernels across nodes", size, local)
-    attach_all_gather(units, make_symmetric_all_gather(), group)
-    logger.info("parallelism.fsdp_all_gather = copy_engine: %d FSDP units gather into NCCL symmetric "
-                "memory (NCCL_CTA_POLICY=%s)", len(units), os.environ.get("NCCL_CTA_POLICY", "unset"))
+        logger.warning("%s: the FSDP shard group (%d ranks) spans nodes (%d ranks per node); copy engines "
+                       "and NVLink symmetric memory only reach GPUs of the same node, so NCCL falls back to "
+                       "its usual kernels across nodes", settings, size, local)
+    fsdp_comm.attach_comms(
+        units, group,
+        all_gather=fsdp_comm.make_symmetric_all_gather() if all_gather == "copy_engine" else None,
+        reduce_scatter=fsdp_comm.make_symmetric_reduce_scatter() if reduce_scatter == "symmetric_memory" else None)
+    logger.info("%s: %d FSDP units use NCCL symmetric-memory buffers (NCCL_CTA_POLICY=%s)", settings,
+                len(units), os.environ.get("NCCL_CTA_POLICY", "unset"))
 
 
 def set_prefetch(blocks: list[nn.Module], depth: int) -> None:

@@ -61,6 +61,7 @@ def parallelize_llama(model: nn.Module, dims: ParallelDims, job_config) -> nn.Mo
             device_type=dev,
             prefetch=par.fsdp_prefetch,
             all_gather=par.fsdp_all_gather,
+            reduce_scatter=par.fsdp_reduce_scatter,
         )
     elif dims.world_size > 1:
         logger.info("No data parallelism to apply (dp_replicate = dp_shard = cp = tp = 1)")

@@ -165,7 +165,8 @@ def parallelize_moe(model: nn.Module, dims: ParallelDims, job_config) -> nn.Modu
 
     if fsdp_needed(dims, t, dev):
         apply_fsdp(model, dims, t, reshard_after_forward=par.fsdp_reshard_after_forward, device_type=dev,
-                   ignored_params=ignored, prefetch=par.fsdp_prefetch, all_gather=par.fsdp_all_gather)
+                   ignored_params=ignored, prefetch=par.fsdp_prefetch, all_gather=par.fsdp_all_gather,
+                   reduce_scatter=par.fsdp_reduce_scatter)
     elif dims.world_size > 1 and meshes is None:
         logger.info("No data parallelism to apply (dp_replicate = dp_shard = cp = 1)")
     return model
