@@ -89,3 +89,34 @@ def test_the_trainers_mixed_backend_counts_as_nccl(monkeypatch):
     monkeypatch.setattr(fsdp_comm.dist, "get_backend", lambda group: "cpu:gloo,cuda:gloo")
     with pytest.raises(ValueError, match="uses cpu:gloo,cuda:gloo"):
         fsdp_comm.check_symmetric_memory_supported(SETTING, "cuda", object())
+
+
+def test_the_symmetric_objects_register_their_buffers_then_call_nccl(monkeypatch):
+    """The objects' own plumbing, with torch's NCCL symmetric memory replaced by a recorder and a
+    1-rank gloo group (the real pool needs CUDA: probe_copy_engine_object.py of 2g ran it on an H200)."""
+    import contextlib
+    import types
+
+    from torch.distributed import ReduceOp
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+    seen = {"backend": [], "pools": [], "registered": []}
+    fake = types.SimpleNamespace(
+        set_backend=seen["backend"].append,
+        get_mem_pool=lambda device: seen["pools"].append(device) or "pool",
+        rendezvous=lambda t, group: seen["registered"].append((t.data_ptr(), group)))
+    monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: (AllGather, ReduceScatter, fake))
+    monkeypatch.setattr(torch.cuda, "use_mem_pool", lambda pool: contextlib.nullcontext())
+    with one_rank_group():
+        group = torch.distributed.group.WORLD
+        gather, scatter = fsdp_comm.make_symmetric_all_gather(), fsdp_comm.make_symmetric_reduce_scatter()
+        assert seen["backend"] == ["NCCL", "NCCL"]
+        out = gather.allocate((6,), dtype=torch.float32, device=torch.device("cpu"))
+        gather(out, out.narrow(0, 0, 6).fill_(2.0), group)
+        assert seen["registered"] == [(out.data_ptr(), group.group_name)] and gather.calls == 1
+        src = scatter.allocate((4,), dtype=torch.float32, device=torch.device("cpu")).fill_(3.0)
+        dst = scatter.allocate((4,), dtype=torch.float32, device=torch.device("cpu"))
+        scatter(dst, src, group, ReduceOp.SUM)
+        assert seen["registered"][1:] == [(src.data_ptr(), group.group_name), (dst.data_ptr(), group.group_name)]
+        assert torch.equal(dst, src) and scatter.calls == 1
+        assert len(seen["pools"]) == 3  # every buffer came from the pool

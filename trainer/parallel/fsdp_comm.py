@@ -87,47 +87,42 @@ def _api():
     return api
 
 
-def _symmetric_empty(symm_mem, size: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    # A MemPool hands a freed buffer of the same size back to the next collective, so each size is
-    # registered with NCCL once.
-    with torch.cuda.use_mem_pool(symm_mem.get_mem_pool(device)):
-        return torch.empty(size, dtype=dtype, device=device)
+class _SymmetricBuffers:
+    """allocate() for FSDP's collective buffers from torch's NCCL symmetric-memory pool. A MemPool
+    hands a freed buffer of the same size back to the next collective, so each size is registered
+    with NCCL once."""
+
+    def __init__(self, symm_mem) -> None:
+        symm_mem.set_backend("NCCL")
+        self._symm_mem = symm_mem
+        self.calls = 0
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        with torch.cuda.use_mem_pool(self._symm_mem.get_mem_pool(device)):
+            return torch.empty(size, dtype=dtype, device=device)
 
 
 def make_symmetric_all_gather():
     """An FSDP2 AllGather whose gather buffers are NCCL symmetric memory (see the module doc)."""
     all_gather, _, symm_mem = _api()
 
-    class SymmetricMemoryAllGather(all_gather):
-        def __init__(self) -> None:
-            symm_mem.set_backend("NCCL")
-            self.calls = 0
-
-        def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-            return _symmetric_empty(symm_mem, size, dtype, device)  # FSDP puts the input shard inside
-
+    class SymmetricMemoryAllGather(_SymmetricBuffers, all_gather):
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                      group: dist.ProcessGroup, async_op: bool = False):
-            # Registers the buffer's segment with the group once; later calls find it registered.
+            # FSDP puts this rank's shard inside the output buffer, so registering it covers both;
+            # the buffer's segment is registered with the group once, later calls find it.
             symm_mem.rendezvous(output_tensor, group=group.group_name)
             self.calls += 1
             return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
 
-    return SymmetricMemoryAllGather()
+    return SymmetricMemoryAllGather(symm_mem)
 
 
 def make_symmetric_reduce_scatter():
     """An FSDP2 ReduceScatter whose input and output buffers are NCCL symmetric memory."""
     _, reduce_scatter, symm_mem = _api()
 
-    class SymmetricMemoryReduceScatter(reduce_scatter):
-        def __init__(self) -> None:
-            symm_mem.set_backend("NCCL")
-            self.calls = 0
-
-        def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-            return _symmetric_empty(symm_mem, size, dtype, device)
-
+    class SymmetricMemoryReduceScatter(_SymmetricBuffers, reduce_scatter):
         def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
                      group: dist.ProcessGroup, op, async_op: bool = False):
             symm_mem.rendezvous(input_tensor, group=group.group_name)
@@ -135,7 +130,7 @@ def make_symmetric_reduce_scatter():
             self.calls += 1
             return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
 
-    return SymmetricMemoryReduceScatter()
+    return SymmetricMemoryReduceScatter(symm_mem)
 
 
 def attach_comms(units: list, group: dist.ProcessGroup, all_gather=None, reduce_scatter=None) -> None:
