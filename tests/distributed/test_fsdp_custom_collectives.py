@@ -69,7 +69,8 @@ def _train(rank: int, world: int, out_file: str, dump: str) -> None:
         trainer = Trainer(load_config([*BASE, "--parallelism.data_parallel_shard_degree=2",
                                        "--training.local_batch_size=4",
                                        f"--run.dump_folder={dump}", f"--run.name={name}"]))
-        units = [m for m in trainer.model.modules() if isinstance(m, FSDPModule)]
+        # Every unit but the root, as apply_fsdp attaches them (the root holds no parameters).
+        units = [m for m in trainer.model.modules() if isinstance(m, FSDPModule) and m is not trainer.model]
         gather = scatter = None
         if name == "custom":
             gather, scatter = _recorders()

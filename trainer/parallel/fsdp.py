@@ -115,6 +115,7 @@ def apply_fsdp(
     if tail:
         shard(tail, last)
     shard(model, last)
+    units.pop()  # the root's unit: it holds no parameters of its own, so it gathers nothing
 
     if prefetch > 1:
         set_prefetch(list(model.layers.values()), prefetch)
