@@ -224,7 +224,8 @@ def memory_line(rs: list[Row], model: str, flavor: str, src: Gpu, dst: Gpu, fsdp
 
 
 def _loose(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_")
+    """bench_train's file name with every run of underscores as one separator."""
+    return re.sub("_+", "_", file_stem(name))
 
 
 def profile_file(folder: Path, variant: str) -> Path:

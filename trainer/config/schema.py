@@ -88,11 +88,11 @@ class Parallelism:
     never this costs no extra peak memory, otherwise one unsharded copy of the model per rank)."""
     fsdp_all_gather: str = "nccl"
     """nccl (NCCL's all-gather kernels) or copy_engine: gather into NCCL symmetric memory under
-    NCCL's zero-CTA policy, so that within a node the GPUs' copy engines move the shards and every
+    NCCL's zero-CTA policy, so that within a node the GPUs' copy engines can move the shards and every
     SM stays with the compute the gathers overlap (CUDA, NCCL >= 2.28; reduce-scatters stay kernels)."""
     fsdp_reduce_scatter: str = "nccl"
     """nccl or symmetric_memory: FSDP's gradient reduce-scatter buffers come from NCCL symmetric
-    memory, so that within a node NCCL runs its symmetric-memory kernels (CUDA, NCCL >= 2.28)."""
+    memory, so that within a node NCCL can run its symmetric-memory kernels (CUDA, NCCL >= 2.28)."""
     enable_loss_parallel: bool = True
     """With TP, compute the loss on the vocab-sharded logits instead of gathering them."""
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from trainer.config.checks import GRAD_SYNC_EVERY
+from trainer.config.checks import CHOICES, GRAD_SYNC_EVERY
 from trainer.parallel.dims import ParallelDims
 from trainer.parallel import fsdp_comm
 
@@ -30,8 +30,8 @@ logger = logging.getLogger("titankit")
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 _RESHARD_POLICIES = ("default", "always", "never")
-ALL_GATHERS = ("nccl", "copy_engine")
-REDUCE_SCATTERS = ("nccl", "symmetric_memory")
+ALL_GATHERS = CHOICES[fsdp_comm.AG_KEY]
+REDUCE_SCATTERS = CHOICES[fsdp_comm.RS_KEY]
 
 
 def _dtype(key: str, value: str) -> torch.dtype:
@@ -91,9 +91,10 @@ def apply_fsdp(
     if reduce_scatter not in REDUCE_SCATTERS:
         raise ValueError(f"{fsdp_comm.RS_KEY} = {reduce_scatter!r}: valid values are {list(REDUCE_SCATTERS)}")
     symmetric = _symmetric_settings(all_gather, reduce_scatter)
-    for setting in symmetric:  # before anything is sharded
-        fsdp_comm.check_symmetric_memory_supported(setting, device_type)
     mesh = fsdp_mesh(dims)
+    shard_group = (mesh["dp_shard_cp"] if dims.hsdp_enabled else mesh).get_group() if symmetric else None
+    for setting in symmetric:  # before anything is sharded
+        fsdp_comm.check_symmetric_memory_supported(setting, device_type, shard_group)
     mp = mixed_precision_policy(training, device_type)
     # "default": the last unit's parameters are needed again at once by backward, so keeping them
     # saves one all-gather; the root holds no parameters of its own after the children are wrapped.
@@ -128,8 +129,7 @@ def apply_fsdp(
             module.set_force_sum_reduction_for_comms(True)
             n_units += 1
     if symmetric:
-        _use_symmetric_memory(units, (mesh["dp_shard_cp"] if dims.hsdp_enabled else mesh).get_group(),
-                              all_gather, reduce_scatter)
+        _use_symmetric_memory(units, shard_group, symmetric, all_gather, reduce_scatter)
     kind = "HSDP" if dims.hsdp_enabled else "FSDP2"
     if not (dims.hsdp_enabled or dims.fsdp_enabled):
         kind = "FSDP2 (mixed precision only; nothing to shard)"
@@ -150,10 +150,10 @@ def _symmetric_settings(all_gather: str, reduce_scatter: str) -> list[str]:
         [f"{fsdp_comm.RS_KEY} = 'symmetric_memory'"] if reduce_scatter == "symmetric_memory" else [])
 
 
-def _use_symmetric_memory(units: list, group, all_gather: str, reduce_scatter: str) -> None:
-    settings = " and ".join(_symmetric_settings(all_gather, reduce_scatter))
-    for setting in _symmetric_settings(all_gather, reduce_scatter):
-        fsdp_comm.check_symmetric_memory_supported(setting, "cuda", group)
+def _use_symmetric_memory(units: list, group, symmetric: list[str], all_gather: str,
+                          reduce_scatter: str) -> None:
+    """Attach the symmetric-memory collectives (checked by apply_fsdp) to every unit."""
+    settings = " and ".join(symmetric)
     size = dist.get_world_size(group)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
     if size == 1:

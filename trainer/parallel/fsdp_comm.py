@@ -7,7 +7,7 @@ NCCL (>= 2.28) can move the shards with the copy engines instead, using no SM, w
 hold: the gather buffer is NCCL symmetric memory (registered as a window at the same offset on
 every rank of the group), and the communicator runs the zero-CTA policy (NCCL_CTA_POLICY=2, set
 before the process group starts). A reduce-scatter must add, which the copy engines cannot; on
-symmetric buffers NCCL (>= 2.27) runs its symmetric-memory kernels for it instead of the ring ones.
+symmetric buffers NCCL (>= 2.27) can run its symmetric-memory kernels for it instead of the ring ones.
 
 FSDP2 lets a caller choose where its collective buffers come from and how the collective is called
 (`FSDPModule.set_custom_all_gather` / `set_custom_reduce_scatter`; torch 2.11 allocates the gather
