@@ -39,6 +39,21 @@ def set_nccl_env(comm: Comm, run_dir: str, fsdp_all_gather: str = "nccl") -> Non
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
 
+def _local_gpu() -> int:
+    """This process's GPU: LOCAL_RANK, which must name a visible device (CUDA would only say
+    "invalid device ordinal", on one rank, after the others have started waiting for it)."""
+    local, count = env_local_rank(), torch.cuda.device_count()
+    if local >= count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        seen = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        raise RuntimeError(
+            f"rank {os.environ.get('RANK', '?')}: LOCAL_RANK={local}, but this node shows {count} "
+            f"CUDA device(s){seen}. Start at most {count} process(es) per node "
+            f"(torchrun --nproc_per_node={count}, or NGPU={count} for scripts/train.sh), "
+            "or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU with gloo.")
+    return local
+
+
 def init_distributed(comm: Comm, run_dir: str, fsdp_all_gather: str = "nccl") -> torch.device:
     """Start the default process group (gloo on CPU; NCCL for CUDA tensors plus gloo for CPU ones).
 
@@ -51,7 +66,7 @@ def init_distributed(comm: Comm, run_dir: str, fsdp_all_gather: str = "nccl") ->
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     if torch.cuda.is_available():
-        device = torch.device("cuda", env_local_rank())
+        device = torch.device("cuda", _local_gpu())
         torch.cuda.set_device(device)
         set_nccl_env(comm, run_dir, fsdp_all_gather)
         backend = "cpu:gloo,cuda:nccl"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed.checkpoint as dcp
+from tests.helpers.cpu import cpu_env
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 20
@@ -56,7 +57,7 @@ interval = 10
 
 
 def env() -> dict[str, str]:
-    e = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    e = cpu_env(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     e.pop("WANDB_API_KEY", None)
     return e
 

@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from kernels.attention import attention
 from trainer.parallel.checkpointing import apply_ac
 from trainer.parallel.context import ContextParallelAttention, load_balanced_index
+from tests.helpers.cpu import cpu_children
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +54,8 @@ def _entry(rank: int, world: int, port: int, fn, args) -> None:
 
 def spawn_world(world: int, fn, *args) -> None:
     """Run fn(rank, world, *args) on `world` gloo ranks (fn must be a module-level function)."""
-    mp.spawn(_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)
+    with cpu_children():
+        mp.spawn(_entry, args=(world, free_port(), fn, args), nprocs=world, join=True)
 
 
 CASES = [(m, doc, be) for m in ("ring", "allgather") for doc in (False, True)

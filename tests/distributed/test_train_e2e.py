@@ -5,7 +5,6 @@ DESIGN.md section 4 at each log step, and the offline wandb run holds the same l
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +13,13 @@ import pytest
 
 from tests.helpers.wandb_reader import read_wandb_history
 from trainer.metrics import METRIC_KEYS
+from tests.helpers.cpu import cpu_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp_path: Path) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", HOME=str(tmp_path / "home"), NGPU="2",
-               PYTHON=sys.executable)
+    env = cpu_env(OMP_NUM_THREADS="1", HOME=str(tmp_path / "home"), NGPU="2", PYTHON=sys.executable)
     env.pop("WANDB_API_KEY", None)
     env.pop("WANDB_MODE", None)
     return env

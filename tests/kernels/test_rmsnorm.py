@@ -15,6 +15,7 @@ import torch  # noqa: E402
 pytest.importorskip("triton")
 
 from kernels.norm import BACKENDS, rms_norm, rms_norm_reference  # noqa: E402
+from tests.helpers.cpu import cpu_children
 
 # fp32: accumulation-order noise only. fp16: one rounding of the output (2^-11 relative) plus the
 # spec's own rounding, on values of order 1-10.
@@ -189,4 +190,5 @@ def test_triton_op_under_sequence_parallel_dtensor(tmp_path):
     """2 gloo ranks: the op takes sequence-sharded DTensors and dw is reduced across ranks."""
     import torch.multiprocessing as mp
 
-    mp.spawn(_dtensor_worker, args=(2, str(tmp_path / "store")), nprocs=2, join=True)
+    with cpu_children():
+        mp.spawn(_dtensor_worker, args=(2, str(tmp_path / "store")), nprocs=2, join=True)

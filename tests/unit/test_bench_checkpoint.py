@@ -4,7 +4,6 @@ async save overlapping a step, exact resume), its disk-fitting option, and its v
 from __future__ import annotations
 
 import importlib.util
-import os
 import random
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 import torch.distributed.checkpoint as dcp
 
 from trainer.checkpoint_folders import incomplete_reason
+from tests.helpers.cpu import cpu_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench_checkpoint.py"
@@ -30,7 +30,7 @@ def launch(tmp_path: Path, *args: str) -> tuple[str, str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(SCRIPT),
            "--config", "configs/debug.toml", *TINY, f"--data.cache_dir={tmp_path / 'cache'}",
            f"--run.dump_folder={tmp_path / 'out'}", *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = cpu_env(OMP_NUM_THREADS="1")
     env.pop("WANDB_API_KEY", None)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]

@@ -8,13 +8,13 @@ CP results match full attention (the error column, which also makes the script f
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers.cpu import cpu_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "bench_cp_attention.py"
@@ -34,7 +34,7 @@ def test_bench_runs_on_two_gloo_ranks(tmp_path):
            str(SCRIPT), "--seq", "32", "--batch", "2", "--heads", "4", "--kv-heads", "2",
            "--head-dim", "16", "--backends", "sdpa,reference", "--warmup", "1", "--iters", "2",
            "--out", str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = cpu_env(OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = out.read_text()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cpu import CPU_ONLY
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_train", ROOT / "scripts" / "bench_train.py")
 bench = importlib.util.module_from_spec(_spec)
@@ -21,6 +23,8 @@ TINY = ["--model.overrides.n_layers=2", "--model.overrides.dim=64", "--training.
 
 def test_bench_runs_on_cpu_and_prints_a_table_with_profile(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for key, value in CPU_ONLY.items():  # the torchrun job runs on CPU, also on a GPU machine
+        monkeypatch.setenv(key, value)
     out = tmp_path / "bench.md"
     rc = bench.main(["--config", "configs/debug.toml", "--ngpu", "2", "--warmup", "1", "--steps", "2",
                      *TINY, f"--data.cache_dir={tmp_path / 'cache'}", "--profile", "--profile-steps", "2",

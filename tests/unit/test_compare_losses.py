@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from compare_losses import compare  # noqa: E402
+from tests.helpers.cpu import cpu_env
 
 
 def _rows(losses):
@@ -34,7 +35,7 @@ def test_same_config_twice_gives_identical_curves_on_cpu():
         [sys.executable, "scripts/compare_losses.py", "--config", "configs/debug.toml", "--steps", "3",
          "--ngpu", "2", "--common", tiny, "--a=--training.max_norm=1.0",
          "--b=--training.max_norm=1.0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env=cpu_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "max relative difference" in proc.stdout
     rel = float(proc.stdout.split("max relative difference ")[1].split()[0])

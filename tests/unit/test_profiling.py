@@ -3,7 +3,6 @@ trace (built by hand, since CI has no GPU), and a real profiled CPU run of the d
 
 import gzip
 import json
-import os
 import random
 import re
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.cpu import cpu_env
 from trainer.config import load_config
 from trainer.log import logger as tk_logger
 from trainer.profiling import (
@@ -284,7 +284,7 @@ def test_profiling_a_cpu_run_writes_trace_and_summary(tmp_path, capsys):
            "--training.local_batch_size=2", "--training.steps=4", "--lr_scheduler.warmup_steps=1",
            f"--run.dump_folder={tmp_path}", "--run.name=prof", f"--data.cache_dir={tmp_path / 'cache'}",
            "--profiling.enable_profiling", "--profiling.profile_start_step=2", "--profiling.profile_steps=2"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = cpu_env(OMP_NUM_THREADS="1")
     env.pop("RANK", None)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
