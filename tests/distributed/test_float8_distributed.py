@@ -13,6 +13,11 @@ value). One exception: an fp32-order difference can flip the e4m3 rounding of an
 sits within ~1e-7 of a rounding boundary. A flip moves that element by one e4m3 step (<= 2^-3 of it),
 and with it a few entries of the FP8 weights' gradients (a sum over 256 tokens) by about 2^-3 / 256 =
 5e-4 of their size: FP8 weight gradients within 2e-3 (measured: 5.4e-4 rowwise, 1.3e-5 tensorwise).
+A flip in a backward operand moves the linear's grad_input the same way, and through it the gradients
+of the norms below (sums over the same tokens): so the other gradients are held to the same 2e-3, and
+to fp32 order (1e-5) for most of them (the median), since flips are rare, while an error in the TP
+arithmetic itself (a scale or amax left unreduced) would move them all (torch 2.11 on CPU: 2 of the
+11 at 1.2e-4 and 1.6e-4, the rest within 4e-7; torch 2.13: all 11 within 5e-6).
 
 FSDP2 (dp_shard 2): each rank quantizes its own 4 sequences, as torchao does.
 - rowwise: the forward is per token (x scaled per token, W per output feature over the whole,
@@ -27,7 +32,8 @@ FSDP2 (dp_shard 2): each rank quantizes its own 4 sequences, as torchao does.
 - Later losses (steps 2-5) then differ by the effect of that FP8 noise on the parameters. AdamW's
   first update is lr * sign(g), so ~2% gradient noise changes only the updates of entries whose
   gradient is within the noise of zero, which barely move the loss: measured at most 3.2e-5
-  (rowwise) and 2.3e-4 (tensorwise) relative. Bounds: 1e-4 and 1e-3, far below the 1% of the FP8
+  (rowwise) and 2.3e-4 (tensorwise) relative (without clipping, see NO_CLIP below: at most 6.6e-5 and
+  2.2e-4 on torch 2.11 and 2.13). Bounds: 1e-4 and 1e-3, far below the 1% of the FP8
   acceptance on Llama-3 8B (issue 7). All-reducing the grad_weight amaxes over DP would make rowwise
   DP exact too, at the price of two latency-bound all-reduces per linear in every backward.
 """
@@ -46,13 +52,21 @@ from tests.distributed.test_layouts import BASE, STEPS, _train_all
 pytestmark = pytest.mark.slow
 
 FP8 = ["--float8.enable", "--float8.backend=torch"]
+# The DP runs and their references do not clip gradients: clipping scales every gradient by
+# max_norm / total norm, and the total norm includes the FP8 weights' gradients, which under DP differ
+# from one rank's by FP8 rounding (~4%). With it, the step-1 check of the other gradients measured
+# that noise through one scalar (4.7e-5 to 7.4e-5 on CPU), not their own arithmetic. The TP runs keep
+# the config's clipping: there the FP8 gradients agree, and clipping is part of what they reproduce.
+NO_CLIP = "--training.max_norm=0"
 FP8_WEIGHTS = ("attention.wq", "attention.wk", "attention.wv", "attention.wo",
                "feed_forward.w1", "feed_forward.w2", "feed_forward.w3")
 # name -> (world size, extra arguments); each name runs once per recipe (suffix "-rowwise" ...).
 RUNS = {
     "single": (1, ["--training.local_batch_size=8"]),
-    "single_gw_hp": (1, ["--training.local_batch_size=8", "--float8.grad_weight_high_precision"]),
-    "dp_shard2": (2, ["--training.local_batch_size=4", "--parallelism.data_parallel_shard_degree=2"]),
+    "single_no_clip": (1, ["--training.local_batch_size=8", NO_CLIP]),
+    "single_gw_hp": (1, ["--training.local_batch_size=8", "--float8.grad_weight_high_precision", NO_CLIP]),
+    "dp_shard2": (2, ["--training.local_batch_size=4", "--parallelism.data_parallel_shard_degree=2",
+                      NO_CLIP]),
     "tp2": (2, ["--training.local_batch_size=8", "--parallelism.tensor_parallel_degree=2"]),
     "tp2_compile": (2, ["--training.local_batch_size=8", "--parallelism.tensor_parallel_degree=2",
                         "--compile.enable"]),
@@ -94,18 +108,26 @@ def _max_rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got - want).abs().max() / want.abs().max()).item()
 
 
-def _check_fp32_exact_grads(got: dict, ref: dict, layout: str, fp8_tol: float | None) -> None:
-    """Step-1 gradients: 1e-4 for all parameters but the FP8 weights, fp8_tol for those (None: skip)."""
+def _check_fp32_exact_grads(got: dict, ref: dict, layout: str, fp8_tol: float | None,
+                            flips: bool = True) -> None:
+    """Step-1 gradients. FP8 weights: fp8_tol (None: skip). The others: fp32 order (1e-5); with
+    `flips` (operands quantized from differently ordered fp32 sums) for the median of them, and none
+    beyond what an e4m3 rounding flip upstream can do (2e-3, see the top)."""
     assert got["grads"].keys() == ref["grads"].keys()
-    fp8_seen = 0
+    fp8_seen, others = 0, {}
     for fqn, want in ref["grads"].items():
         err = _max_rel(got["grads"][fqn], want)
         if _is_fp8_weight(fqn):
             fp8_seen += 1
             assert fp8_tol is None or err <= fp8_tol, f"{layout} {fqn}: FP8 weight grad differs by {err:.2e}"
         else:
-            assert err <= 1e-4, f"{layout} {fqn}: step-1 gradient differs by {err:.2e}"
+            others[fqn] = err
     assert fp8_seen == 4 * len(FP8_WEIGHTS)  # every linear of the 4 blocks was an FP8 linear
+    worst = max(others, key=others.get)
+    assert others[worst] <= (2e-3 if flips else 1e-5), \
+        f"{layout} {worst}: step-1 gradient differs by {others[worst]:.2e}"
+    median = sorted(others.values())[len(others) // 2]
+    assert median <= 1e-5, f"{layout}: step-1 gradients beyond fp32 order: {others}"
 
 
 @pytest.mark.parametrize("layout,recipe", [("tp2", "rowwise"), ("tp2", "tensorwise"),
@@ -120,12 +142,13 @@ def test_tensor_parallel_matches_one_rank(runs, layout, recipe):
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_fsdp_matches_one_rank(runs, recipe):
-    ref, got = runs[f"single-{recipe}"], runs[f"dp_shard2-{recipe}"]
+    ref, got = runs[f"single_no_clip-{recipe}"], runs[f"dp_shard2-{recipe}"]
     rel = _loss_rel(got, ref)
     if recipe == "rowwise":
-        # Per-token forward: step 1 exact; all gradients but the FP8 weights' exact.
+        # Per-token forward and grad_input, quantized from the same values as on one rank (no flips):
+        # step 1 exact; all gradients but the FP8 weights' exact (measured within 3.3e-7).
         assert rel[0] <= 1e-5, f"step-1 loss {got['losses'][0]} vs {ref['losses'][0]}"
-        _check_fp32_exact_grads(got, ref, f"dp_shard2 {recipe}", fp8_tol=None)
+        _check_fp32_exact_grads(got, ref, f"dp_shard2 {recipe}", fp8_tol=None, flips=False)
         hp = runs[f"single_gw_hp-{recipe}"]
         assert hp["losses"][0] == ref["losses"][0]  # same forward: only grad_weight's precision differs
         for fqn, exact in hp["grads"].items():
