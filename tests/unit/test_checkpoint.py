@@ -391,3 +391,23 @@ def test_async_save_without_enough_host_memory_saves_blocking(tmp_path, monkeypa
     t2, mgr2 = start(tmp_path, interval=2, load_step=2)
     assert t2.step == 2 and all(torch.equal(v, weights[k]) for k, v in t2.model.state_dict().items())
     mgr2.close()
+
+
+def test_a_stager_that_cannot_stage_twice_falls_back_to_fresh_copies(monkeypatch):
+    """torch 2.11's DefaultStager emptied itself after each stage, so a reused one failed at the second
+    checkpoint. The reuse is probed once; a stager that fails the probe is not used, and the reason
+    is said, instead of a run that dies at its second async save."""
+    import torch.distributed.checkpoint.staging as staging
+
+    from trainer.checkpoint import make_async_stager
+
+    class EmptiesItself(staging.DefaultStager):  # a torch whose staging internals the fix does not know
+        def stage(self, state_dict, **kw):
+            out = super().stage(state_dict, **kw)
+            self._state_dict_stager._deepcopy_dispatch.clear()  # what torch 2.11's close() did
+            return out
+
+    monkeypatch.setattr(staging, "DefaultStager", EmptiesItself)
+    stager, what = make_async_stager(False)
+    assert stager is None
+    assert "cannot stage twice (KeyError" in what and "fresh, unpinned CPU memory" in what
