@@ -103,7 +103,8 @@ def make_async_stager(on_cuda: bool) -> tuple[Any | None, str]:
     host pages is slow too. DefaultStager (torch >= 2.9) caches one host storage per source storage.
     Its own staging thread stays off (use_async_staging=False): staging returns only when the copy is
     done, so the next optimizer step cannot change what is written. Returns (None, reason) where
-    this torch lacks the API: DCP's writer then copies into fresh CPU memory on every save.
+    this torch lacks the API, or where a probe finds that its stager cannot stage twice into one
+    host copy: DCP's writer then copies into fresh CPU memory on every save.
     """
     try:
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
