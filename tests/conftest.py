@@ -31,3 +31,33 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _interpreter_numpy_clash() -> str | None:
+    """triton 3.6's CPU interpreter (the one torch 2.11 ships with) fails every kernel test with
+    "only 0-dimensional arrays can be converted to Python scalars" under numpy >= 2.4 (seen
+    2026-12-01; numpy 2.3.5 passes, and triton 3.9 passes with numpy 2.4)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    try:
+        import numpy
+        import triton
+    except ImportError:
+        return None
+    tri = tuple(int(p) for p in triton.__version__.split(".")[:2])
+    npv = tuple(int(p) for p in numpy.__version__.split(".")[:2])
+    if tri <= (3, 6) and npv >= (2, 4):
+        return (f"triton {triton.__version__}'s interpreter fails the CPU kernel tests under numpy "
+                f"{numpy.__version__}: pip install 'numpy<2.4' (or a newer triton)")
+    return None
+
+
+def pytest_report_header(config):
+    clash = _interpreter_numpy_clash()
+    return [f"WARNING: {clash}"] if clash else []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    clash = _interpreter_numpy_clash()
+    if clash and exitstatus != 0:
+        terminalreporter.write_line(f"WARNING: {clash}", yellow=True)
