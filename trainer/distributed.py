@@ -50,7 +50,9 @@ def _local_gpu() -> int:
             f"rank {os.environ.get('RANK', '?')}: LOCAL_RANK={local}, but this node shows {count} "
             f"CUDA device(s){seen}. Start at most {count} process(es) per node "
             f"(torchrun --nproc_per_node={count}, or NGPU={count} for scripts/train.sh), "
-            "or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU with gloo.")
+            "or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train on CPU with gloo. A launcher that "
+            "gives each process its own GPU (Slurm --gpus-per-task=1) needs one torchrun per node "
+            "with all of the node's GPUs instead, as scripts/multinode.sbatch does.")
     return local
 
 

@@ -23,5 +23,5 @@ def test_a_local_rank_without_its_gpu_is_named_with_the_ways_out(monkeypatch, tm
         init_distributed(Comm(), str(tmp_path))
     msg = str(err.value)
     for part in ("rank 1", "LOCAL_RANK=1", "shows 1 CUDA device", "CUDA_VISIBLE_DEVICES='3'",
-                 "--nproc_per_node=1", "NGPU=1", "(CUDA_VISIBLE_DEVICES=) to train on CPU"):
+                 "--nproc_per_node=1", "NGPU=1", "(CUDA_VISIBLE_DEVICES=) to train on CPU", "scripts/multinode.sbatch"):
         assert part in msg, (part, msg)
