@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +41,6 @@ def _losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss_metrics/global_avg_loss"] for r in rows}
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path):
     _train(tmp_path, "ref", 12)
     ckpt = ["--checkpoint.enable", "--checkpoint.interval=3", "--checkpoint.async_mode=async",

@@ -129,7 +129,7 @@ def apply_fsdp(
             module.set_force_sum_reduction_for_comms(True)
             n_units += 1
     if symmetric:
-        _use_symmetric_memory(units, shard_group, symmetric, all_gather, reduce_scatter)
+        _use_symmetric_memory(units, shard_group, all_gather, reduce_scatter)
     kind = "HSDP" if dims.hsdp_enabled else "FSDP2"
     if not (dims.hsdp_enabled or dims.fsdp_enabled):
         kind = "FSDP2 (mixed precision only; nothing to shard)"
@@ -150,10 +150,9 @@ def _symmetric_settings(all_gather: str, reduce_scatter: str) -> list[str]:
         [f"{fsdp_comm.RS_KEY} = 'symmetric_memory'"] if reduce_scatter == "symmetric_memory" else [])
 
 
-def _use_symmetric_memory(units: list, group, symmetric: list[str], all_gather: str,
-                          reduce_scatter: str) -> None:
+def _use_symmetric_memory(units: list, group, all_gather: str, reduce_scatter: str) -> None:
     """Attach the symmetric-memory collectives (checked by apply_fsdp) to every unit."""
-    settings = " and ".join(symmetric)
+    settings = " and ".join(_symmetric_settings(all_gather, reduce_scatter))
     size = dist.get_world_size(group)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
     if size == 1:
