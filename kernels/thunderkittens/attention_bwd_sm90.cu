@@ -30,7 +30,9 @@
 // took a third of the time. The register-order block (eight 16-byte stores) and the dQ-first
 // order overlap the staging with dV / dK within the 240 registers; orders that also overlap the
 // next S^T / dP^T need their 64 accumulator registers beside dK, dV, P^T and dS^T and spill, and
-// dV issued between S^T's and dP^T's waits measured slower. (A wgmma's asm reads its
+// dV issued between S^T's and dP^T's waits measured slower; so did cuDNN's schedule pieces
+// (consumers taking turns at a whole m64n128 dQ, with or without lockstep barriers; dP^T issued
+// after S^T into its registers beside the exponentials; section 4c). (A wgmma's asm reads its
 // accumulator, "+f", so a tile declared outside a loop stays live unless zeroed before its wgmma.)
 #include "attention_common.cuh"
 #include "tk_kernels.h"

@@ -1,0 +1,58 @@
+"""A/B of TK attention backward variants selected per launch by an environment variable that exists
+only in the patches of this folder (TK_BWD_DQ_TURNS or TK_BWD_EXP_OVERLAP; 0 = committed schedule),
+interleaved in one process, with cuDNN beside them. Forward+backward and backward-only."""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.getcwd())
+from kernels.thunderkittens import ops
+from kernels.thunderkittens.bench import ATTN_SHAPES, _time
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def cudnn(q, k, v):
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=True, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
+
+
+tk = lambda q, k, v: ops.attention(q, k, v, causal=True)  # noqa: E731
+shapes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["anchor", "8b", "70b-tp8"]
+rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+variants = sys.argv[3].split(",") if len(sys.argv) > 3 else ["0", "1"]
+res = {}
+for name in shapes:
+    b, hq, hkv, s, d = ATTN_SHAPES[name]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16() for h in (hq, hkv, hkv, hq))
+    flops = 4.0 * b * hq * s * s * d / 2
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    # correctness of the variant against the committed kernel (same inputs)
+    grads = {}
+    for var in variants:
+        os.environ["TK_BWD_DQ_TURNS"] = var
+        grads[var] = torch.autograd.grad(tk(*leaves), leaves, do)
+    for var in variants[1:]:
+        diff = max((a.float() - b_.float()).abs().max().item() for a, b_ in zip(grads[variants[0]], grads[var]))
+        print(f"{name}: max |grad({var}) - grad({variants[0]})| = {diff:.2e}", flush=True)
+    for r in range(rounds):
+        for var in [*variants, "cudnn"]:
+            fn = cudnn if var == "cudnn" else tk
+            if var != "cudnn":
+                os.environ["TK_BWD_DQ_TURNS"] = var
+            out = fn(*leaves)
+            bwd = _time(lambda: torch.autograd.grad(out, leaves, do, retain_graph=True))
+            both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
+            res.setdefault((name, var), []).append((both, bwd))
+            print(f"{name} round {r} {var}: fwd+bwd {3.5 * flops / both / 1e9:.0f} TFLOP/s, "
+                  f"bwd {2.5 * flops / bwd / 1e9:.0f}", flush=True)
+print("\n| shape | kernel | fwd+bwd TFLOP/s (rounds) | bwd TFLOP/s (rounds) |\n|---|---|---|---|")
+for (name, var), v in res.items():
+    b, hq, hkv, s, d = ATTN_SHAPES[name]
+    flops = 4.0 * b * hq * s * s * d / 2
+    label = {"0": "TK committed", "1": "TK dQ turns", "2": "TK dQ turns, lockstep", "cudnn": "cuDNN"}[var]
+    print(f"| {name} | {label} | {' '.join(f'{3.5 * flops / x[0] / 1e9:.0f}' for x in v)} | "
+          f"{' '.join(f'{2.5 * flops / x[1] / 1e9:.0f}' for x in v)} |")
