@@ -1,6 +1,10 @@
 """A/B of TK attention backward variants selected per launch by an environment variable that exists
-only in the patches of this folder (TK_BWD_DQ_TURNS or TK_BWD_EXP_OVERLAP; 0 = committed schedule),
-interleaved in one process, with cuDNN beside them. Forward+backward and backward-only."""
+only in the patches of this folder (AB_VAR: TK_BWD_DQ_TURNS, the default, or TK_BWD_EXP_OVERLAP; value 0
+= the committed schedule), interleaved in one process, with cuDNN beside them. Forward+backward and
+backward alone.
+
+    python3 ab.py SHAPES ROUNDS VARIANTS     e.g. anchor,8b,70b-tp8 4 0,2,1
+"""
 import os
 import sys
 
@@ -20,6 +24,7 @@ def cudnn(q, k, v):
 
 
 tk = lambda q, k, v: ops.attention(q, k, v, causal=True)  # noqa: E731
+VAR = os.environ.get("AB_VAR", "TK_BWD_DQ_TURNS")  # the patch's variable
 shapes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["anchor", "8b", "70b-tp8"]
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 variants = sys.argv[3].split(",") if len(sys.argv) > 3 else ["0", "1"]
@@ -33,7 +38,7 @@ for name in shapes:
     # correctness of the variant against the committed kernel (same inputs)
     grads = {}
     for var in variants:
-        os.environ["TK_BWD_DQ_TURNS"] = var
+        os.environ[VAR] = var
         grads[var] = torch.autograd.grad(tk(*leaves), leaves, do)
     for var in variants[1:]:
         diff = max((a.float() - b_.float()).abs().max().item() for a, b_ in zip(grads[variants[0]], grads[var]))
@@ -42,7 +47,7 @@ for name in shapes:
         for var in [*variants, "cudnn"]:
             fn = cudnn if var == "cudnn" else tk
             if var != "cudnn":
-                os.environ["TK_BWD_DQ_TURNS"] = var
+                os.environ[VAR] = var
             out = fn(*leaves)
             bwd = _time(lambda: torch.autograd.grad(out, leaves, do, retain_graph=True))
             both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
@@ -53,6 +58,6 @@ print("\n| shape | kernel | fwd+bwd TFLOP/s (rounds) | bwd TFLOP/s (rounds) |\n|
 for (name, var), v in res.items():
     b, hq, hkv, s, d = ATTN_SHAPES[name]
     flops = 4.0 * b * hq * s * s * d / 2
-    label = {"0": "TK committed", "1": "TK dQ turns", "2": "TK dQ turns, lockstep", "cudnn": "cuDNN"}[var]
+    label = "cuDNN" if var == "cudnn" else ("TK committed" if var == "0" else f"TK {VAR}={var}")
     print(f"| {name} | {label} | {' '.join(f'{3.5 * flops / x[0] / 1e9:.0f}' for x in v)} | "
           f"{' '.join(f'{2.5 * flops / x[1] / 1e9:.0f}' for x in v)} |")
