@@ -5,7 +5,7 @@
         torchrun --standalone --nproc_per_node=2 docs/perf/2026-12-01_h200_fsdp_cast_cache/check_cpu.py; done
 
 Three FSDP2 units with bf16 parameters, fp32 reduction, 3 micro-batches per step, AdamW; rank 0
-prints every step's loss. The cache must hit inside a step and miss after every optimizer step.
+prints every step's loss (float.hex). The cache must hit inside a step and miss after every optimizer step.
 """
 import torch
 import torch.distributed as dist
@@ -32,5 +32,5 @@ for step in range(6):
         total += loss.item()
     opt.step()
     if rank == 0:
-        print(f"step {step} loss {total:.10f}", flush=True)
+        print(f"step {step} loss {total.hex()}", flush=True)  # exact, for a bitwise comparison
 dist.destroy_process_group()

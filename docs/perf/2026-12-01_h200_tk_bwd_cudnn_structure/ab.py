@@ -9,31 +9,29 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.getcwd())
-from kernels.thunderkittens import ops
-from kernels.thunderkittens.bench import ATTN_SHAPES, _time
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from kernels.thunderkittens.bench import ATTN_SHAPES, _attention_impls, _time
 
-
-def cudnn(q, k, v):
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                              is_causal=True, enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
-
-
-tk = lambda q, k, v: ops.attention(q, k, v, causal=True)  # noqa: E731
+_impls = _attention_impls()  # the section 4 bench's own cuDNN SDPA and TK calls
+cudnn, tk = _impls["sdpa cudnn"], _impls["thunderkittens"]
 VAR = os.environ.get("AB_VAR", "TK_BWD_DQ_TURNS")  # the patch's variable
 shapes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["anchor", "8b", "70b-tp8"]
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 variants = sys.argv[3].split(",") if len(sys.argv) > 3 else ["0", "1"]
 res = {}
+
+
+def flops_of(name: str) -> float:
+    b, hq, _, s, d = ATTN_SHAPES[name]
+    return 4.0 * b * hq * s * s * d / 2  # causal forward
+
+
 for name in shapes:
     b, hq, hkv, s, d = ATTN_SHAPES[name]
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, do = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16() for h in (hq, hkv, hkv, hq))
-    flops = 4.0 * b * hq * s * s * d / 2
+    flops = flops_of(name)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     # correctness of the variant against the committed kernel (same inputs)
     grads = {}
@@ -56,8 +54,7 @@ for name in shapes:
                   f"bwd {2.5 * flops / bwd / 1e9:.0f}", flush=True)
 print("\n| shape | kernel | fwd+bwd TFLOP/s (rounds) | bwd TFLOP/s (rounds) |\n|---|---|---|---|")
 for (name, var), v in res.items():
-    b, hq, hkv, s, d = ATTN_SHAPES[name]
-    flops = 4.0 * b * hq * s * s * d / 2
+    flops = flops_of(name)
     label = "cuDNN" if var == "cudnn" else ("TK committed" if var == "0" else f"TK {VAR}={var}")
     print(f"| {name} | {label} | {' '.join(f'{3.5 * flops / x[0] / 1e9:.0f}' for x in v)} | "
           f"{' '.join(f'{2.5 * flops / x[1] / 1e9:.0f}' for x in v)} |")

@@ -27,8 +27,9 @@ def _install() -> None:
     from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam, ShardedState
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    original = coll._get_param_all_gather_inputs
-    cache: dict[int, tuple[tuple, list]] = {}
+    # ("unit", id of its first parameter) or ("param", id) -> (key, cast inputs); emptied after
+    # every optimizer step
+    cache: dict[tuple, tuple[object, list]] = {}
     register_optimizer_step_post_hook(lambda *_: cache.clear())
 
     def cacheable(fp) -> bool:
@@ -36,20 +37,25 @@ def _install() -> None:
                 and fp.sharded_state == ShardedState.SHARDED
                 and not hasattr(fp._sharded_local_tensor, "fsdp_pre_all_gather"))
 
+    def memo(owner: tuple, key: object, cast):
+        hit = cache.get(owner)
+        if hit is not None and hit[0] == key:
+            STATS["hit"] += 1
+            return hit[1]
+        STATS["miss"] += 1
+        cache[owner] = (key, cast())
+        return cache[owner][1]
+
+    # Several ranks: the all-gather's inputs of a unit, one cast buffer per parameter.
+    original = coll._get_param_all_gather_inputs
+
     @torch.no_grad()
     def cached(fsdp_params):
         if not fsdp_params or not all(cacheable(fp) for fp in fsdp_params):
             return original(fsdp_params)
-        key = tuple((id(fp), fp._sharded_param_data.data_ptr())
-                    for fp in fsdp_params)
-        hit = cache.get(id(fsdp_params[0]))
-        if hit is not None and hit[0] == key:
-            STATS["hit"] += 1
-            return [[t] for t in hit[1]]
-        STATS["miss"] += 1
-        inputs = original(fsdp_params)
-        cache[id(fsdp_params[0])] = (key, [ts[0] for ts in inputs])
-        return inputs
+        key = tuple((id(fp), fp._sharded_param_data.data_ptr()) for fp in fsdp_params)
+        inputs = memo(("unit", id(fsdp_params[0])), key, lambda: original(fsdp_params))
+        return [list(ts) for ts in inputs]  # fresh outer lists, the cast tensors shared
 
     coll._get_param_all_gather_inputs = cached
 
@@ -60,18 +66,8 @@ def _install() -> None:
     def cached_inputs(fp):
         if not cacheable(fp):
             return prop.fget(fp)
-        key = fp._sharded_param_data.data_ptr()
-        hit = single.get(id(fp))
-        if hit is not None and hit[0] == key:
-            STATS["hit"] += 1
-            return hit[1]
-        STATS["miss"] += 1
-        inputs = prop.fget(fp)
-        single[id(fp)] = (key, inputs)
-        return inputs
+        return memo(("param", id(fp)), fp._sharded_param_data.data_ptr(), lambda: prop.fget(fp))
 
-    single: dict[int, tuple[int, list]] = {}
-    register_optimizer_step_post_hook(lambda *_: single.clear())
     FSDPParam.all_gather_inputs = property(cached_inputs)
     if os.environ.get("TITANKIT_PROBE_CAST_CACHE_REPORT"):
         # The trainer's processes may leave through os._exit (no atexit): report after every
