@@ -214,7 +214,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     const int hkv = blockIdx.x / g.split, b = blockIdx.y, kvb = blockIdx.z;  // kvb 0: heaviest
     const int heads = g.group / g.split;                     // query heads of this CTA
     const int h0 = hkv * g.group + (blockIdx.x % g.split) * heads;
-    const int wg = warpgroup::groupid();
+    const int wg = detail::warpgroup_index();
     const int n_qt = (g.sq + BWD_Q - 1) / BWD_Q;
     const int qt_first = CAUSAL ? kvb * BWD_KV_BLOCK / BWD_Q : 0;  // Sq == Skv when causal
     const int per_head = n_qt - qt_first;

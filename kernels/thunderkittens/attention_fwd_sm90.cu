@@ -133,7 +133,7 @@ __global__ __launch_bounds__(FWD_THREADS, 1) void fwd_kernel(const __grid_consta
     const int h = blockIdx.x, b = blockIdx.y;
     const int qb = gridDim.z - 1 - blockIdx.z;  // heaviest (causal) blocks first
     const int hkv = h / g.group;
-    const int wg = warpgroup::groupid();
+    const int wg = detail::warpgroup_index();
     // K/V tiles this CTA needs: causal stops at its last query row (Sq == Skv).
     const int last_key = CAUSAL ? min(qb * Q_BLOCK + Q_BLOCK, g.sq) - 1 : g.skv - 1;
     const int n_kv = last_key / KV_ROWS + 1;

@@ -146,7 +146,7 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
 
     const int tiles_m = (g.m + BM - 1) / BM, tiles_n = (g.n + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n, k_iters = (g.k + BK - 1) / BK;
-    const int wg = warpgroup::groupid();
+    const int wg = detail::warpgroup_index();
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {

@@ -39,6 +39,15 @@ inline void set_smem(Kernel kernel, int bytes) {
                "cudaFuncSetAttribute(max dynamic shared memory)");
 }
 
+// The calling thread's warpgroup (threadIdx.x / 128), broadcast from lane 0 so that nvcc can prove
+// it equal across the warp. Values derived from it (role branches, loop bounds, ring slots) then
+// count as warp-uniform, and the compiler keeps shared-memory addresses and wgmma descriptors on the
+// uniform datapath; from threadIdx.x / 128 it rebuilt both descriptors in vector registers before
+// every wgmma (docs/benchmarks.md 4e: the attention forward 7% faster at the ANCHORS shape).
+__device__ __forceinline__ int warpgroup_index() {
+    return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+}
+
 // Shared memory written by ordinary stores (st.shared, stmatrix) and read next by the async proxy
 // (a TMA store, wgmma): per the PTX memory model each writing thread fences before the barrier.
 __device__ __forceinline__ void fence_async_shared() {
