@@ -42,23 +42,25 @@ def _time(fn, warmup: int = 25, rep: int = 200) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def _attention_impls() -> dict:
+def cudnn_attention(q, k, v, causal: bool = True):
+    """SDPA's cuDNN backend on our (B, S, H, D) layout, GQA included: the baseline of every row."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                             enable_gqa=q.shape[2] != k.shape[2])
+    return out.transpose(1, 2)
+
+
+def _attention_impls() -> dict:
     from kernels.attention import attention
     from kernels.thunderkittens import ops
-
-    def cudnn(q, k, v):
-        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
-                                                 enable_gqa=q.shape[2] != k.shape[2])
-        return out.transpose(1, 2)
 
     tk = lambda q, k, v: ops.attention(q, k, v, causal=True)  # noqa: E731
     return {
         "thunderkittens": tk,
-        "sdpa cudnn": cudnn,
+        "sdpa cudnn": cudnn_attention,
         "triton": lambda q, k, v: attention(q, k, v, causal=True, backend="triton"),
     }
 

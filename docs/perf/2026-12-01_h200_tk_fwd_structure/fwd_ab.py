@@ -7,26 +7,14 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
-import triton.testing
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels.thunderkittens import ops
+from kernels.thunderkittens.bench import _time as bench  # do_bench median, warmup 25, rep 200
+from kernels.thunderkittens.bench import cudnn_attention as cudnn
 
 VARIANTS = tuple(os.environ.get("AB_VARIANTS", "0,1,2,3").split(","))
 SHAPES = {"anchor": (64, 8, 8192, True), "8b": (32, 8, 8192, True), "70b-tp8": (8, 1, 8192, True),
           "anchor-full": (64, 8, 8192, False), "anchor-16k": (64, 8, 16384, True)}
-
-
-def bench(fn):
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-
-
-def cudnn(q, k, v, causal):
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                              v.transpose(1, 2), is_causal=causal,
-                                              enable_gqa=True).transpose(1, 2)
 
 
 def main():

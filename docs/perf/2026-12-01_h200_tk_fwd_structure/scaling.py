@@ -10,26 +10,14 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
-import triton.testing
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels.thunderkittens import ops
-
-
-def cudnn(q, k, v, causal):
-    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=True)
-    return o.transpose(1, 2)
+from kernels.thunderkittens.bench import _time as bench  # do_bench median, warmup 25, rep 200
+from kernels.thunderkittens.bench import cudnn_attention as cudnn
 
 
 def tk(q, k, v, causal):
     return ops.attention(q, k, v, causal=causal)
-
-
-def bench(fn):
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def main():

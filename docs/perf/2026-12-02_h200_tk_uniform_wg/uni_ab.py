@@ -7,27 +7,15 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
-import triton.testing
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels.fp8 import reference as R
 from kernels.thunderkittens import ops
+from kernels.thunderkittens.bench import _time as bench  # do_bench median, warmup 25, rep 200
+from kernels.thunderkittens.bench import cudnn_attention as cudnn
 
 ATTN = {"anchor": (64, 8, 8192, True), "8b": (32, 8, 8192, True), "70b-tp8": (8, 1, 8192, True),
         "anchor-full": (64, 8, 8192, False)}
 GEMM = {"8192^3": (8192, 8192, 8192), "8B w1/w3": (8192, 14336, 4096), "70B w2": (8192, 8192, 28672)}
-
-
-def bench(fn):
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-
-
-def cudnn(q, k, v, causal):
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                              v.transpose(1, 2), is_causal=causal,
-                                              enable_gqa=True).transpose(1, 2)
 
 
 def setv(v):
