@@ -2,7 +2,8 @@
 __shfl_sync broadcast of threadIdx.x / 128, so nvcc keeps the shared-memory descriptor and ring-slot
 arithmetic on the uniform datapath) against the committed build (TK_UNI=0), picked per launch and
 interleaved round by round, beside cuDNN and torch._scaled_mm. Checks first that both give bitwise
-the same outputs. Usage: python3 uni_ab.py [rounds]"""
+the same outputs. Usage: python3 uni_ab.py [rounds] [attention,gemm]; AB_ENV / AB_LABEL name
+another patch's variable and variant (default TK_UNI)."""
 import os
 import sys
 
@@ -18,8 +19,11 @@ ATTN = {"anchor": (64, 8, 8192, True), "8b": (32, 8, 8192, True), "70b-tp8": (8,
 GEMM = {"8192^3": (8192, 8192, 8192), "8B w1/w3": (8192, 14336, 4096), "70B w2": (8192, 8192, 28672)}
 
 
+AB_ENV = os.environ.get("AB_ENV", "TK_UNI")  # the variable a patch reads per launch (4e: TK_UNI)
+
+
 def setv(v):
-    os.environ["TK_UNI"] = v
+    os.environ[AB_ENV] = v
 
 
 def attention(rounds, res):
@@ -92,7 +96,7 @@ def main():
         attention(rounds, res)
     if "gemm" in which:
         gemm(rounds, res)
-    label = {"0": "committed", "1": "uniform warpgroup index", "cudnn": "cuDNN",
+    label = {"0": "committed", "1": os.environ.get("AB_LABEL", "uniform warpgroup index"), "cudnn": "cuDNN",
              "cublas": "_scaled_mm fast accum"}
     print("\n| kernel | shape | variant | TFLOP/s by round (attention: forward / backward / forward+backward) |")
     print("|---|---|---|---|")
