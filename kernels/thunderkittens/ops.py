@@ -23,6 +23,8 @@ Nothing here builds at import: the extension is compiled on the first call (buil
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from kernels.thunderkittens import build
@@ -35,6 +37,20 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     """Contiguous and 16-byte aligned (TMA's rules); a copy only when the input is neither."""
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _alert_not_deterministic(what: str) -> None:
+    """torch.use_deterministic_algorithms' rule for ops without a reproducible kernel: raise, or
+    warn when it was set with warn_only=True."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return
+    msg = (f"{_WHERE}: {what} is not bitwise reproducible (fp32 reduce-adds from many CTAs, in an "
+           "order that varies between calls) and torch.use_deterministic_algorithms(True) is set; "
+           "the 'triton' attention backend recomputes dQ deterministically")
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(msg, UserWarning, stacklevel=3)
+    else:
+        raise RuntimeError(msg)
 
 
 def _stream(t: torch.Tensor) -> int:
@@ -97,6 +113,7 @@ def tk_attn_bwd(
     causal: bool,
     dlse: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _alert_not_deterministic("the attention backward")
     validate_attention(q, k, v, causal)
     ext = build.extension()
     dout, q, k, v, out = (_dense(t) for t in (dout, q, k, v, out))
