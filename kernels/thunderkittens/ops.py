@@ -8,7 +8,9 @@ Attention follows the contract of `kernels.attention` (docs/interfaces.md): q (B
 v (B, Skv, Hkv, D), Hq % Hkv == 0, lse (B, Hq, Sq) float32 natural log, scale 1/sqrt(D). These
 kernels support bf16, D in {64, 128}, any sequence length, causal with Sq == Skv or full attention
 (any Sq, Skv); no document masks. tk_attn_fwd is differentiable (also through lse, which context
-parallelism merges). tk_attn_bwd accepts a global out/lse of a larger attention (ring CP).
+parallelism merges). tk_attn_bwd accepts a global out/lse of a larger attention (ring CP). Its dQ
+(and dK/dV where CTAs share a KV head) is a sum of fp32 reduce-adds in varying order, so it is not
+bitwise reproducible: under torch.use_deterministic_algorithms it raises (warns with warn_only).
 
 The FP8 GEMM computes c (M, N) bf16 = (a (M, K) @ b (N, K)^T) * scale_a * scale_b for e4m3 a, b
 (both K-major), scale_a (M, 1) and scale_b (1, N) fp32 (one-element scales are broadcast), with
