@@ -367,7 +367,8 @@ def test_memory_budget_ac_needs_compile_and_a_share():
 
 
 def test_deterministic_runs_reject_the_thunderkittens_backward(tmp_path):
-    f = write(tmp_path / "det.toml", '[run]\ndeterministic = true\n[model]\nattention = "thunderkittens"\n')
+    f = write(tmp_path / "det.toml",
+              '[run]\ndeterministic = true\n[model]\nattention = "thunderkittens"\n')
     with pytest.raises(ConfigError) as exc:
         load_file(f)
     msg = str(exc.value)

@@ -127,10 +127,10 @@ def test_attention_backward_follows_deterministic_mode(deterministic_mode):
     lse = torch.zeros(1, 2, 64)
     # The op itself (the autograd backward and ring CP call it; the public wrapper checks inputs
     # first, which CPU tensors fail).
-    deterministic_mode(False)
+    deterministic_mode(warn_only=False)
     with pytest.raises(RuntimeError, match="not bitwise reproducible.*'triton'"):
         ops.tk_attn_bwd(q, q, k, v, q, lse, True, None)
-    deterministic_mode(True)
+    deterministic_mode(warn_only=True)
     with pytest.warns(UserWarning, match="not bitwise reproducible"):
         with pytest.raises(ValueError, match="CUDA"):  # then the usual input check
             ops.tk_attn_bwd(q, q, k, v, q, lse, True, None)
