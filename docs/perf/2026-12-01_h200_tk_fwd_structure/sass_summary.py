@@ -6,6 +6,12 @@ import csv
 import gzip
 import sys
 
+# Integer, address, move and predicate opcodes (vector and uniform datapath): the "integer and
+# address instructions" of docs/benchmarks.md 4d.
+INTEGER = {"IMAD", "IADD3", "VIADD", "LOP3", "ISETP", "SHF", "LEA", "SEL", "MOV", "R2UR", "S2R",
+           "S2UR", "CS2R", "PLOP3", "P2R", "R2P", "IMNMX", "IABS", "UIADD3", "UMOV", "ULOP3",
+           "UISETP", "ULEA", "USHF", "USEL", "UIMAD", "UPLOP3"}
+
 
 def main():
     path, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 12
@@ -32,6 +38,10 @@ def main():
         total.update(c)
     print(f"{path}: {n_inst:,} instructions, {n_samp:,} warp samples:",
           ", ".join(f"{k} {100 * v / n_samp:.0f}%" for k, v in total.most_common(6)))
+    n_int = sum(v for op, v in inst.items() if op in INTEGER)
+    n_uni = sum(v for op, v in inst.items() if op in INTEGER and op.startswith("U"))
+    print(f"integer and address instructions: {100 * n_int / n_inst:.1f}% "
+          f"({100 * n_uni / n_inst:.1f}% on the uniform datapath)")
     print("| opcode | % of instructions | % of samples | top stall reasons (% of all samples) |")
     print("|---|---|---|---|")
     for op, c in sorted(stalls.items(), key=lambda kv: -sum(kv[1].values()))[:n]:
