@@ -22,7 +22,9 @@
 //      (cp.reduce.async.bulk .add) while dV / dK still run (see dq_block for the layout).
 //      dK (times the softmax scale) and dV leave as bf16 through TMA stores.
 //   3. dq = bf16(dq_acc * scale), putting the blocks' rows and columns back in place.
-// dQ's accumulator is not bitwise deterministic (the order of the reduce-adds varies).
+// dQ's accumulator is not bitwise deterministic by default (the order of the reduce-adds varies).
+// Deterministic mode (a `locks` workspace, torch.use_deterministic_algorithms) makes every fp32
+// accumulator block take its adds in key-block order: see dq_turns below.
 //
 // Why this schedule (docs/benchmarks.md sections 4a and 4b): dQ is a fifth of the FLOPs, but when
 // each consumer waited for all its wgmmas before staging dQ (a swizzled fp32 tile: 32 scalar
@@ -86,8 +88,40 @@ struct bwd_globals {
     typename bwd_cfg<D>::dq_gl dk_acc, dv_acc;  // split > 1 only
     typename bwd_cfg<D>::vec_gl lse2, delta;
     float* dq_acc;  // fragment-ordered blocks, see dq_block
+    int* locks;     // deterministic mode: add counters, see dq_turns
     int sq, skv, hq, group, split;  // split: CTAs sharing one (KV head, key block), see kv_split
 };
+
+// Deterministic mode. fp32 additions do not commute bitwise, so each accumulator block must take
+// its partials in a fixed order: key block 0 first, then 1, 2, ... (dK / dV partials of split
+// CTAs: split part 0, 1, ...). Every block has an int counter of the adds done so far; a CTA waits
+// until the counter reaches its own rank among the block's adders (its key block: every lower key
+// block adds to a query tile the CTA's keys see, causal or not), adds, and once the add completed,
+// increments the counter. Predecessors have lower block indices, so they were launched earlier and
+// hold an SM or have finished: no deadlock. The CTAs visit query tiles from the last one down with
+// the heads inside, so the key blocks of a KV head pass the same dQ blocks one step apart instead
+// of waiting on each other's whole head loops. Counters: B * Hq * n_qt * 2 for dQ, then
+// B * ceil(Skv / 64) * Hkv for dK / dV.
+inline long lock_count(int b, int sq, int skv, int hq, int hkv) {
+    return (long)b * hq * (padded_len(sq) / BWD_Q) * 2 + (long)b * ((skv + BWD_KV - 1) / BWD_KV) * hkv;
+}
+
+__device__ inline void wait_turn(const int* lock, int turn) {
+    int done;
+    for (;;) {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(done) : "l"(lock) : "memory");
+        if (done >= turn) break;
+        __nanosleep(32);
+    }
+    // This thread's next bulk add (async proxy) after what the acquire made visible.
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// After cp.async.bulk.wait_group 0: the adds completed; pass the turn on.
+__device__ inline void pass_turn(int* lock) {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(lock) : "memory");
+}
 
 // How many CTAs share the query heads of one (KV head, key block). One CTA per pair leaves SMs idle
 // when there are few KV heads (Llama-3 70B under TP 8 has one: 64 CTAs at S = 8192 on 132 SMs);
@@ -190,7 +224,7 @@ __device__ inline int2 dq_block_coords(int m, int t) {
     return {(t / 32) * 16 + lane / 4, (m / 2) * 16 + (m % 2) * 8 + 2 * (lane % 4)};
 }
 
-template <int D, bool CAUSAL>
+template <int D, bool CAUSAL, bool DET>
 __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_constant__ bwd_globals<D> g) {
     using C = bwd_cfg<D>;
     using q_tile = typename C::q_tile;
@@ -219,6 +253,12 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     const int qt_first = CAUSAL ? kvb * BWD_KV_BLOCK / BWD_Q : 0;  // Sq == Skv when causal
     const int per_head = n_qt - qt_first;
     const int iters = heads * per_head;
+    // (query head, query tile) of iteration `it`: heads outer, query tiles from the diagonal up;
+    // deterministic mode: query tiles from the last one down, heads inner (see lock_count).
+    auto tile_of = [&](int it) -> int2 {
+        if constexpr (DET) return {h0 + it % heads, n_qt - 1 - it / heads};
+        else return {h0 + it / per_head, qt_first + it % per_head};
+    };
 
     if (threadIdx.x == 0) {
         init_semaphore(kv_full, 0, 1);
@@ -243,7 +283,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             }
             for (int it = 0; it < iters; it++) {
                 const int s = it % BWD_STAGES;
-                const int h = h0 + it / per_head, qt = qt_first + it % per_head;
+                const auto [h, qt] = tile_of(it);
                 if (it >= BWD_STAGES) wait(qo_free[s], ((it / BWD_STAGES) - 1) & 1);
                 tma::expect_bytes(qo_full[s], 2 * sizeof(q_tile) + 2 * sizeof(vec));
                 load_seq_tile(q_s[s], g.q, b, qt, h, qo_full[s]);
@@ -279,14 +319,25 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warpgroup::mm_AtB(dq, ds_s[buf][0], k_s[0].template subtile<C::DQ_COLS>(part));
         warpgroup::mma_AtB(dq, ds_s[buf][1], k_s[1].template subtile<C::DQ_COLS>(part));
     };
+    // Deterministic mode: the counter of the dQ block this consumer added last (thread 0 only),
+    // passed on once that add completed, at the next add or after the loop.
+    int* dq_pending = nullptr;
     // Once dq's wgmmas retired: free the dS^T buffer, add dq into its accumulator block.
     auto dq_add = [&](int it, const dq_rt& dq) {
-        const int h = h0 + it / per_head, qt = qt_first + it % per_head;
+        const auto [h, qt] = tile_of(it);
         const int t = warpgroup::laneid();  // 0..127
-        float* acc = g.dq_acc + dq_block<D>(b, h, qt, part, g.hq, n_qt);
+        const size_t blk = dq_block<D>(b, h, qt, part, g.hq, n_qt);
+        float* acc = g.dq_acc + blk;
         warp::arrive(ds_free[it % 2]);
         const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[wg]));
-        if (t == 0) tma::store_async_read_wait<0>();  // staging block free
+        if (t == 0) {  // staging block free (deterministic: the previous add complete)
+            if constexpr (DET) {
+                tma::store_async_wait<0>();
+                if (dq_pending != nullptr) pass_turn(dq_pending);
+            } else {
+                tma::store_async_read_wait<0>();
+            }
+        }
         warpgroup::sync(wg + 1);
 #pragma unroll
         for (int m = 0; m < C::DQ_BLOCK / 512; m++) {
@@ -299,6 +350,10 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         detail::fence_async_shared();
         warpgroup::sync(wg + 1);
         if (t == 0) {
+            if constexpr (DET) {
+                dq_pending = g.locks + blk / C::DQ_BLOCK;
+                wait_turn(dq_pending, kvb);
+            }
             asm volatile(
                 "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                 "cp.async.bulk.commit_group;\n" ::"l"(acc),
@@ -325,7 +380,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
 
     for (int it = 0; it < iters; it++) {
         const int s = it % BWD_STAGES, buf = it % 2;
-        const int qt = qt_first + it % per_head;
+        const int qt = tile_of(it).y;
         const int q0 = qt * BWD_Q;
         wait(qo_full[s], (it / BWD_STAGES) & 1);
 
@@ -386,6 +441,12 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warp::arrive(qo_free[s]);  // this warp no longer reads Q, dO, lse2, delta of the stage
     }
     if (iters > 0) dq_step(iters - 1, [] {}, std::integral_constant<int, 0>{});
+    if constexpr (DET) {
+        if (dq_pending != nullptr) {  // thread 0 of a consumer that added dQ
+            tma::store_async_wait<0>();
+            pass_turn(dq_pending);
+        }
+    }
 
     // dK = scale * sum dS^T Q. Once neither consumer's dQ wgmmas read K any more (each waited
     // for its own before this barrier), dK and dV leave as bf16 through the K and V tiles, or,
@@ -404,6 +465,14 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         }
     } else {
         constexpr int PARTS = D / C::DQ_COLS;  // column slices of the staging tile's width
+        int* dkv_lock = nullptr;  // deterministic mode, thread 0
+        if constexpr (DET) {  // counters after the dQ ones, see lock_count
+            if (warpgroup::laneid() == 0) {
+                const long n_kt = (g.skv + BWD_KV - 1) / BWD_KV, n_hkv = gridDim.x / g.split;
+                dkv_lock = g.locks + (long)gridDim.y * g.hq * n_qt * 2 + (b * n_kt + kt) * n_hkv + hkv;
+                wait_turn(dkv_lock, blockIdx.x % g.split);
+            }
+        }
 #pragma unroll
         for (int t = 0; t < 2 * PARTS; t++) {
             rt_fl<16, D>& src = t < PARTS ? dk : dv;
@@ -417,6 +486,12 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             if (warpgroup::laneid() == 0) {
                 tma::store_add_async<dim::DEPTH, cache_policy::NORMAL>(
                     t < PARTS ? g.dk_acc : g.dv_acc, dq_s[wg], coord<dq_tile>(b, kt, hkv, t % PARTS));
+            }
+        }
+        if constexpr (DET) {
+            if (warpgroup::laneid() == 0) {
+                tma::store_async_wait<0>();
+                pass_turn(dkv_lock);
             }
         }
     }
@@ -476,8 +551,8 @@ __global__ void acc_convert_kernel(const float4* __restrict__ acc, bf16_2* __res
 template <int D>
 void run_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
              const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
-             float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq, int hkv,
-             bool causal, cudaStream_t stream) {
+             float* dkv_acc, int* locks, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
+             int hkv, bool causal, cudaStream_t stream) {
     using C = bwd_cfg<D>;
     const int sp = padded_len(sq);
     const int split = kv_split(b, hq, hkv, skv, detail::num_sms());
@@ -492,6 +567,11 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
     const long dq_blocks = (long)b * hq * n_qt * C::DQ_PARTS;
     detail::check_cuda(cudaMemsetAsync(dq_acc, 0, dq_blocks * C::DQ_BLOCK * sizeof(float), stream),
                        "attention backward dQ accumulator zeroing");
+    if (locks != nullptr) {
+        detail::check_cuda(
+            cudaMemsetAsync(locks, 0, lock_count(b, sq, skv, hq, hkv) * sizeof(int), stream),
+            "attention backward deterministic-mode counters zeroing");
+    }
     {
         const long rows = (long)b * sp * hq;
         const int threads = 256;
@@ -517,14 +597,19 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
                      acc_gl(split > 1 ? dkv_acc + kv_elems : dq_acc),
                      typename C::vec_gl{lse2, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
                      typename C::vec_gl{delta, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
-                     dq_acc, sq, skv, hq, hq / hkv, split};
+                     dq_acc, locks, sq, skv, hq, hq / hkv, split};
     dim3 grid(hkv * split, b, (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK);
     auto launch = [&](auto kernel) {
         detail::set_smem(kernel, C::SMEM);
         kernel<<<grid, BWD_THREADS, C::SMEM, stream>>>(g);
     };
-    if (causal) launch(bwd_kernel<D, true>);
-    else launch(bwd_kernel<D, false>);
+    if (locks != nullptr) {
+        if (causal) launch(bwd_kernel<D, true, true>);
+        else launch(bwd_kernel<D, false, true>);
+    } else {
+        if (causal) launch(bwd_kernel<D, true, false>);
+        else launch(bwd_kernel<D, false, false>);
+    }
     detail::check_cuda(cudaGetLastError(), "attention backward launch");
     dq_block_convert_kernel<D><<<(unsigned)dq_blocks, 256, 0, stream>>>(
         reinterpret_cast<const float4*>(dq_acc), reinterpret_cast<bf16*>(dq), sq, hq, n_qt,
@@ -551,20 +636,24 @@ int attn_bwd_kv_split(int b, int hq, int hkv, int skv) {
     return attn::kv_split(b, hq, hkv, skv, detail::num_sms());
 }
 
+long attn_bwd_lock_count(int b, int sq, int skv, int hq, int hkv) {
+    return attn::lock_count(b, sq, skv, hq, hkv);
+}
+
 void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
               const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
-              float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
-              int hkv, int d, bool causal, cudaStream_t stream) {
+              float* dkv_acc, int* locks, void* dq, void* dk, void* dv, int b, int sq, int skv,
+              int hq, int hkv, int d, bool causal, cudaStream_t stream) {
     detail::require(b > 0 && sq > 0 && skv > 0 && hq > 0 && hkv > 0, "attention: empty shape");
     detail::require(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
     detail::require(!causal || sq == skv, "attention: causal needs Sq == Skv");
     detail::require(b <= 65535 && hkv <= 65535, "attention: batch or heads too large for the grid");
     if (d == 128)
-        attn::run_bwd<128>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk,
-                           dv, b, sq, skv, hq, hkv, causal, stream);
+        attn::run_bwd<128>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, locks, dq,
+                           dk, dv, b, sq, skv, hq, hkv, causal, stream);
     else if (d == 64)
-        attn::run_bwd<64>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk,
-                          dv, b, sq, skv, hq, hkv, causal, stream);
+        attn::run_bwd<64>(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, locks, dq,
+                          dk, dv, b, sq, skv, hq, hkv, causal, stream);
     else detail::require(false, "attention: head dim must be 64 or 128");
 }
 

@@ -43,7 +43,7 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
               const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse,
               const std::optional<torch::Tensor>& dlse, torch::Tensor& delta, torch::Tensor& lse2,
               torch::Tensor& dq_acc, const std::optional<torch::Tensor>& dkv_acc,
-              torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv, bool causal,
+              const std::optional<torch::Tensor>& locks, torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv, bool causal,
               int64_t stream) {
     for (auto [t, n] : {std::pair{&dout, "dout"}, {&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
                         {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
@@ -57,6 +57,13 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
         TORCH_CHECK(dkv_acc->numel() == 2 * k.numel(),
                     "titankit thunderkittens: dkv_acc must hold 2 x k.numel() floats");
     }
+    if (locks) {
+        check(*locks, "locks", at::kInt);
+        TORCH_CHECK(locks->numel() == titankit_tk::attn_bwd_lock_count(dim(q, 0), dim(q, 1),
+                                                                       dim(k, 1), dim(q, 2),
+                                                                       dim(k, 2)),
+                    "titankit thunderkittens: locks must hold attn_bwd_lock_count(...) ints");
+    }
     const int sp = titankit_tk::attn_bwd_padded_len(dim(q, 1));
     TORCH_CHECK(delta.numel() == q.size(0) * q.size(2) * sp && lse2.numel() == delta.numel() &&
                     dq_acc.numel() == q.size(0) * q.size(2) * sp * q.size(3),
@@ -65,7 +72,8 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
                           out.data_ptr(), lse.data_ptr<float>(),
                           dlse ? dlse->data_ptr<float>() : nullptr, delta.data_ptr<float>(),
                           lse2.data_ptr<float>(), dq_acc.data_ptr<float>(),
-                          dkv_acc ? dkv_acc->data_ptr<float>() : nullptr, dq.data_ptr(),
+                          dkv_acc ? dkv_acc->data_ptr<float>() : nullptr,
+                          locks ? locks->data_ptr<int>() : nullptr, dq.data_ptr(),
                           dk.data_ptr(), dv.data_ptr(), dim(q, 0), dim(q, 1), dim(k, 1),
                           dim(q, 2), dim(k, 2), dim(q, 3), causal, as_stream(stream));
 }
@@ -118,6 +126,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "length of the backward's per-row workspace for Sq queries");
     m.def("attn_bwd_kv_split", &titankit_tk::attn_bwd_kv_split,
           "CTAs per (KV head, key block) of the backward; > 1 needs the dkv_acc workspace");
+    m.def("attn_bwd_lock_count", &titankit_tk::attn_bwd_lock_count,
+          "int32 counters of the deterministic backward's locks workspace");
     m.def("fp8_gemm_rowwise_workspace", &fp8_gemm_rowwise_workspace,
           "(fp32 partials, int32 flags) element counts of the fp8 GEMM's stream-K workspace");
     m.def("fp8_gemm_rowwise", &fp8_gemm_rowwise,

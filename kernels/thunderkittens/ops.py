@@ -9,8 +9,10 @@ v (B, Skv, Hkv, D), Hq % Hkv == 0, lse (B, Hq, Sq) float32 natural log, scale 1/
 kernels support bf16, D in {64, 128}, any sequence length, causal with Sq == Skv or full attention
 (any Sq, Skv); no document masks. tk_attn_fwd is differentiable (also through lse, which context
 parallelism merges). tk_attn_bwd accepts a global out/lse of a larger attention (ring CP). Its dQ
-(and dK/dV where CTAs share a KV head) is a sum of fp32 reduce-adds in varying order, so it is not
-bitwise reproducible: under torch.use_deterministic_algorithms it raises (warns with warn_only).
+(and dK/dV where CTAs share a KV head) is a sum of fp32 reduce-adds from many CTAs. By default they
+land in varying order, so the gradients differ in the last bits from call to call; under
+torch.use_deterministic_algorithms the kernel takes the adds of every block in a fixed order
+(counters in a small workspace) and the gradients are bitwise reproducible.
 
 The FP8 GEMM computes c (M, N) bf16 = (a (M, K) @ b (N, K)^T) * scale_a * scale_b for e4m3 a, b
 (both K-major), scale_a (M, 1) and scale_b (1, N) fp32 (one-element scales are broadcast), with
@@ -25,7 +27,6 @@ Nothing here builds at import: the extension is compiled on the first call (buil
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 
@@ -39,20 +40,6 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
     """Contiguous and 16-byte aligned (TMA's rules); a copy only when the input is neither."""
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
-def _alert_not_deterministic(what: str) -> None:
-    """torch.use_deterministic_algorithms' rule for ops without a reproducible kernel: raise, or
-    warn when it was set with warn_only=True."""
-    if not torch.are_deterministic_algorithms_enabled():
-        return
-    msg = (f"{_WHERE}: {what} is not bitwise reproducible (fp32 reduce-adds from many CTAs, in an "
-           "order that varies between calls) and torch.use_deterministic_algorithms(True) is set; "
-           "the 'triton' attention backend recomputes dQ deterministically")
-    if torch.is_deterministic_algorithms_warn_only_enabled():
-        warnings.warn(msg, UserWarning, stacklevel=3)
-    else:
-        raise RuntimeError(msg)
 
 
 def _stream(t: torch.Tensor) -> int:
@@ -115,7 +102,6 @@ def tk_attn_bwd(
     causal: bool,
     dlse: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _alert_not_deterministic("the attention backward")
     validate_attention(q, k, v, causal)
     ext = build.extension()
     dout, q, k, v, out = (_dense(t) for t in (dout, q, k, v, out))
@@ -133,8 +119,13 @@ def tk_attn_bwd(
         split = ext.attn_bwd_kv_split(b, hq, k.shape[2], k.shape[1])
         dkv_acc = None if split == 1 else torch.empty((2, *k.shape), dtype=torch.float32,
                                                       device=q.device)
-        ext.attn_bwd(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, dq, dk, dv,
-                     causal, _stream(q))
+        # Deterministic mode: counters that order every accumulator block's adds (zeroed there).
+        locks = None
+        if torch.are_deterministic_algorithms_enabled():
+            n = ext.attn_bwd_lock_count(b, sq, k.shape[1], hq, k.shape[2])
+            locks = torch.empty(n, dtype=torch.int32, device=q.device)
+        ext.attn_bwd(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, locks, dq, dk,
+                     dv, causal, _stream(q))
     return dq, dk, dv
 
 

@@ -44,14 +44,18 @@ int attn_bwd_padded_len(int sq);
 // it needs the dkv_acc workspace below.
 int attn_bwd_kv_split(int b, int hq, int hkv, int skv);
 
+// Size of the `locks` workspace of the deterministic backward, in ints.
+long attn_bwd_lock_count(int b, int sq, int skv, int hq, int hkv);
+
 // dlse (B, Hq, Sq) fp32 or null: a gradient flowing into lse (delta becomes rowsum(dO*O) - dlse).
 // Workspace (uninitialised is fine, this call fills it): delta and lse2 (B, Hq, attn_bwd_padded_len
-// (Sq)) fp32, dq_acc (B, Hq, attn_bwd_padded_len(Sq), D) fp32 (the kernel's own block order), and
-// dkv_acc (2, B, Skv, Hkv, D) fp32 when attn_bwd_kv_split(...) > 1 (else may be null). Outputs dq
-// like q, dk and dv like k, all bf16.
+// (Sq)) fp32, dq_acc (B, Hq, attn_bwd_padded_len(Sq), D) fp32 (the kernel's own block order),
+// dkv_acc (2, B, Skv, Hkv, D) fp32 when attn_bwd_kv_split(...) > 1 (else may be null), and locks
+// (attn_bwd_lock_count(...) ints) for bitwise-reproducible gradients, or null for the faster
+// backward whose fp32 adds land in varying order. Outputs dq like q, dk and dv like k, all bf16.
 void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
               const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
-              float* dkv_acc, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
-              int hkv, int d, bool causal, cudaStream_t stream);
+              float* dkv_acc, int* locks, void* dq, void* dk, void* dv, int b, int sq, int skv,
+              int hq, int hkv, int d, bool causal, cudaStream_t stream);
 
 }  // namespace titankit_tk

@@ -111,31 +111,6 @@ def test_attention_inputs_it_cannot_handle_raise_value_errors():
         ops.attention_fwd(q, k, k, causal=True)
 
 
-@pytest.fixture
-def deterministic_mode():
-    """torch.use_deterministic_algorithms(True, warn_only=...) for one test, restored after."""
-    before = (torch.are_deterministic_algorithms_enabled(),
-              torch.is_deterministic_algorithms_warn_only_enabled())
-    yield lambda warn_only: torch.use_deterministic_algorithms(True, warn_only=warn_only)
-    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-
-
-def test_attention_backward_follows_deterministic_mode(deterministic_mode):
-    # Its dQ is a sum of fp32 reduce-adds in varying order: under torch's deterministic mode it
-    # raises before any GPU work (so this runs on CPU), or warns with warn_only=True.
-    q, k, v = _rand(1, 64, 2, 64), _rand(1, 64, 2, 64), _rand(1, 64, 2, 64)
-    lse = torch.zeros(1, 2, 64)
-    # The op itself (the autograd backward and ring CP call it; the public wrapper checks inputs
-    # first, which CPU tensors fail).
-    deterministic_mode(warn_only=False)
-    with pytest.raises(RuntimeError, match="not bitwise reproducible.*'triton'"):
-        ops.tk_attn_bwd(q, q, k, v, q, lse, True, None)
-    deterministic_mode(warn_only=True)
-    with pytest.warns(UserWarning, match="not bitwise reproducible"):
-        with pytest.raises(ValueError, match="CUDA"):  # then the usual input check
-            ops.tk_attn_bwd(q, q, k, v, q, lse, True, None)
-
-
 def test_fp8_gemm_shapes_it_cannot_handle_raise_value_errors():
     e4m3 = torch.float8_e4m3fn
     s = torch.ones(1)

@@ -121,12 +121,6 @@ def check_values(cfg: JobConfig) -> None:
         raise fail(cfg, "activation_checkpoint.mode",
                    "the memory budget is met by the compiler's choice of what to recompute; set "
                    "compile.enable = true as well, or use mode = full or selective")
-    if cfg.run.deterministic and cfg.model.attention == "thunderkittens":
-        raise fail(cfg, "model.attention",
-                   "run.deterministic = true needs a bitwise-reproducible backward, and the "
-                   "ThunderKittens backward adds dQ (and dK/dV where CTAs share a KV head) with fp32 "
-                   "reduce-adds whose order varies between calls; use 'triton' (dQ recomputed) or "
-                   "'sdpa' (FlashAttention-2's deterministic backward), or run.deterministic = false")
     warmup, steps = cfg.lr_scheduler.warmup_steps, cfg.training.steps
     if warmup >= steps:
         _warn_once(
