@@ -24,7 +24,7 @@
 //   3. dq = bf16(dq_acc * scale), putting the blocks' rows and columns back in place.
 // dQ's accumulator is not bitwise deterministic by default (the order of the reduce-adds varies).
 // Deterministic mode (a `locks` workspace, torch.use_deterministic_algorithms) makes every fp32
-// accumulator block take its adds in key-block order: see dq_turns below.
+// accumulator block take its adds in key-block order: see lock_count below.
 //
 // Why this schedule (docs/benchmarks.md sections 4a and 4b): dQ is a fifth of the FLOPs, but when
 // each consumer waited for all its wgmmas before staging dQ (a swizzled fp32 tile: 32 scalar
@@ -100,8 +100,11 @@ struct bwd_globals {
 // increments the counter. Predecessors have lower block indices, so they were launched earlier and
 // hold an SM or have finished: no deadlock. The CTAs visit query tiles from the last one down with
 // the heads inside, so the key blocks of a KV head pass the same dQ blocks one step apart instead
-// of waiting on each other's whole head loops. Counters: B * Hq * n_qt * 2 for dQ, then
-// B * ceil(Skv / 64) * Hkv for dK / dV.
+// of waiting on each other's whole head loops. The dQ adds are made by two otherwise idle producer
+// warps (one per consumer), so the consumers wait neither for turns nor for adds to complete:
+// with the consumers waiting themselves, the backward was 23% slower than the default instead
+// of 9% (docs/benchmarks.md 4f). Counters: B * Hq * n_qt * 2 for dQ, then B * ceil(Skv / 64) * Hkv
+// for dK / dV.
 inline long lock_count(int b, int sq, int skv, int hq, int hkv) {
     return (long)b * hq * (padded_len(sq) / BWD_Q) * 2 + (long)b * ((skv + BWD_KV - 1) / BWD_KV) * hkv;
 }
@@ -224,6 +227,17 @@ __device__ inline int2 dq_block_coords(int m, int t) {
     return {(t / 32) * 16 + lane / 4, (m / 2) * 16 + (m % 2) * 8 + 2 * (lane % 4)};
 }
 
+// Adds one staged dQ block (shared address `stage`) into `acc` with a bulk reduce-add, committed
+// as its own bulk async-group.
+template <int D>
+__device__ inline void bulk_add(float* acc, uint32_t stage) {
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+        "cp.async.bulk.commit_group;\n" ::"l"(acc),
+        "r"(stage), "n"(bwd_cfg<D>::DQ_BLOCK * 4)
+        : "memory");
+}
+
 template <int D, bool CAUSAL, bool DET>
 __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_constant__ bwd_globals<D> g) {
     using C = bwd_cfg<D>;
@@ -244,6 +258,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     vec(&lse_s)[BWD_STAGES] = al.allocate<vec, BWD_STAGES>();
     vec(&delta_s)[BWD_STAGES] = al.allocate<vec, BWD_STAGES>();
     __shared__ semaphore kv_full, qo_full[BWD_STAGES], qo_free[BWD_STAGES], ds_full[2], ds_free[2];
+    __shared__ semaphore dq_staged[BWD_CONSUMERS], dq_read[BWD_CONSUMERS];  // deterministic mode
 
     const int hkv = blockIdx.x / g.split, b = blockIdx.y, kvb = blockIdx.z;  // kvb 0: heaviest
     const int heads = g.group / g.split;                     // query heads of this CTA
@@ -270,6 +285,10 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             init_semaphore(ds_full[s], BWD_CONSUMERS * 4, 0);
             init_semaphore(ds_free[s], BWD_CONSUMERS * 4, 0);
         }
+        for (int c = 0; c < BWD_CONSUMERS; c++) {
+            init_semaphore(dq_staged[c], 4, 0);  // one per consumer warp
+            init_semaphore(dq_read[c], 1, 0);
+        }
     }
     __syncthreads();
 
@@ -290,6 +309,25 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
                 load_seq_tile(do_s[s], g.dout, b, qt, h, qo_full[s]);
                 tma::load_async(lse_s[s], g.lse2, {b, h, qt}, qo_full[s]);
                 tma::load_async(delta_s[s], g.delta, {b, h, qt}, qo_full[s]);
+            }
+        }
+        // Deterministic mode: producer warp 1 + c adds consumer c's staged dQ blocks in turn, so
+        // the consumers never wait for a turn or for an add to complete themselves; they only
+        // wait for the staging block to be read before refilling it, one iteration later.
+        const int c = warpgroup::warpid() - 1;
+        if (DET && c >= 0 && c < BWD_CONSUMERS && (C::SPLIT_DQ || c == 0) && laneid() == 0) {
+            const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[c]));
+            for (int it = 0; it < iters; it++) {
+                const auto [h, qt] = tile_of(it);
+                const size_t blk = dq_block<D>(b, h, qt, C::SPLIT_DQ ? c : 0, g.hq, n_qt);
+                int* const lock = g.locks + blk / C::DQ_BLOCK;
+                wait(dq_staged[c], it & 1);
+                wait_turn(lock, kvb);
+                bulk_add<D>(g.dq_acc + blk, stage);
+                tma::store_async_read_wait<0>();
+                arrive(dq_read[c]);
+                tma::store_async_wait<0>();
+                pass_turn(lock);
             }
         }
         return;
@@ -319,26 +357,19 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warpgroup::mm_AtB(dq, ds_s[buf][0], k_s[0].template subtile<C::DQ_COLS>(part));
         warpgroup::mma_AtB(dq, ds_s[buf][1], k_s[1].template subtile<C::DQ_COLS>(part));
     };
-    // Deterministic mode: the counter of the dQ block this consumer added last (thread 0 only),
-    // passed on once that add completed, at the next add or after the loop.
-    int* dq_pending = nullptr;
-    // Once dq's wgmmas retired: free the dS^T buffer, add dq into its accumulator block.
+    // Once dq's wgmmas retired: free the dS^T buffer, add dq into its accumulator block (in
+    // deterministic mode, hand it to this consumer's writer warp).
     auto dq_add = [&](int it, const dq_rt& dq) {
         const auto [h, qt] = tile_of(it);
         const int t = warpgroup::laneid();  // 0..127
-        const size_t blk = dq_block<D>(b, h, qt, part, g.hq, n_qt);
-        float* acc = g.dq_acc + blk;
         warp::arrive(ds_free[it % 2]);
         const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[wg]));
-        if (t == 0) {  // staging block free (deterministic: the previous add complete)
-            if constexpr (DET) {
-                tma::store_async_wait<0>();
-                if (dq_pending != nullptr) pass_turn(dq_pending);
-            } else {
-                tma::store_async_read_wait<0>();
-            }
+        if constexpr (DET) {
+            if (it > 0) wait(dq_read[wg], (it - 1) & 1);  // staging block free
+        } else {
+            if (t == 0) tma::store_async_read_wait<0>();  // staging block free
+            warpgroup::sync(wg + 1);
         }
-        warpgroup::sync(wg + 1);
 #pragma unroll
         for (int m = 0; m < C::DQ_BLOCK / 512; m++) {
             const float4 v = dq_float4(dq, m);
@@ -348,17 +379,12 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
                          : "memory");
         }
         detail::fence_async_shared();
-        warpgroup::sync(wg + 1);
-        if (t == 0) {
-            if constexpr (DET) {
-                dq_pending = g.locks + blk / C::DQ_BLOCK;
-                wait_turn(dq_pending, kvb);
-            }
-            asm volatile(
-                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-                "cp.async.bulk.commit_group;\n" ::"l"(acc),
-                "r"(stage), "n"(C::DQ_BLOCK * 4)
-                : "memory");
+        if constexpr (DET) {
+            __syncwarp();  // the whole warp's stores and fences before lane 0's (release) arrival
+            warp::arrive(dq_staged[wg]);
+        } else {
+            warpgroup::sync(wg + 1);
+            if (t == 0) bulk_add<D>(g.dq_acc + dq_block<D>(b, h, qt, part, g.hq, n_qt), stage);
         }
     };
     // The dQ step of iteration `it`: its wgmmas go first, then `after` issues this consumer's
@@ -441,12 +467,8 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warp::arrive(qo_free[s]);  // this warp no longer reads Q, dO, lse2, delta of the stage
     }
     if (iters > 0) dq_step(iters - 1, [] {}, std::integral_constant<int, 0>{});
-    if constexpr (DET) {
-        if (dq_pending != nullptr) {  // thread 0 of a consumer that added dQ
-            tma::store_async_wait<0>();
-            pass_turn(dq_pending);
-        }
-    }
+    // Deterministic mode: the staging block (reused for dK / dV below) once the last dQ was read.
+    if (DET && has_dq && iters > 0) wait(dq_read[wg], (iters - 1) & 1);
 
     // dK = scale * sum dS^T Q. Once neither consumer's dQ wgmmas read K any more (each waited
     // for its own before this barrier), dK and dV leave as bf16 through the K and V tiles, or,

@@ -3,7 +3,7 @@
 torch 2.11 (the GPU machines) emptied its stager after every save, so the second async save of a
 run failed; the CPU tests run on the newest torch. Here the real trainer saves four times
 asynchronously (steps 3 and 6, then 9 and 12 after a resume), and the resumed losses must equal those
-of an uninterrupted run bit for bit.
+of an uninterrupted run bit for bit; the same with the ThunderKittens attention backward.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from kernels.thunderkittens import build
 
 pytestmark = pytest.mark.gpu
 
@@ -51,6 +53,22 @@ def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path):
     assert "resumed from" in second.stderr and "step-6" in second.stderr
     for step in (3, 6, 9, 12):
         assert (tmp_path / "run" / "checkpoint" / f"step-{step}").is_dir(), step
+    ref, got = _losses(tmp_path / "ref"), _losses(tmp_path / "run")
+    for step in range(7, 13):
+        assert got[step] == ref[step], (step, got[step], ref[step])
+
+
+@pytest.mark.skipif(not build.available(), reason="needs ThunderKittens and an sm_90 GPU")
+def test_thunderkittens_attention_resumes_exactly(tmp_path):
+    """run.deterministic with the TK backward (its fp32 adds in a fixed order): 6 steps, a
+    checkpoint, 6 more after a resume give the losses of 12 straight steps bit for bit."""
+    tk = ["--model.attention=thunderkittens", "--model.overrides.dim=512",  # head dim 128
+          "--model.overrides.n_heads=4", "--model.overrides.n_kv_heads=2", "--training.seq_len=256"]
+    _train(tmp_path, "ref", 12, *tk)
+    ckpt = ["--checkpoint.enable", "--checkpoint.interval=6", "--checkpoint.keep_latest_k=0"]
+    _train(tmp_path, "run", 6, *tk, *ckpt)
+    second = _train(tmp_path, "run", 12, *tk, *ckpt)
+    assert "resumed from" in second.stderr and "step-6" in second.stderr
     ref, got = _losses(tmp_path / "ref"), _losses(tmp_path / "run")
     for step in range(7, 13):
         assert got[step] == ref[step], (step, got[step], ref[step])

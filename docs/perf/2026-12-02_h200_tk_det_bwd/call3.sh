@@ -1,0 +1,9 @@
+# Writer-warp version of the deterministic backward: build, the whole TK test file, det_ab.py (3 rounds).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=$PWD THUNDERKITTENS_ROOT=$PWD/.tk PYTHONUNBUFFERED=1
+D=docs/perf/2026-12-02_h200_tk_det_bwd
+date -u > $OUT/call3_date.txt
+git log -1 --format=%h >> $OUT/call3_date.txt
+python3 -m kernels.thunderkittens.build > $OUT/build.txt 2>&1 || { tail -30 $OUT/build.txt; exit 1; }
+timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_thunderkittens.py > $OUT/call3_tests.txt 2>&1; tail -15 $OUT/call3_tests.txt
+timeout 240 python3 $D/det_ab.py 3 2>&1 | tee $OUT/call3_det_ab.txt
