@@ -88,17 +88,18 @@ struct bwd_globals {
     typename bwd_cfg<D>::dq_gl dk_acc, dv_acc;  // split > 1 only
     typename bwd_cfg<D>::vec_gl lse2, delta;
     float* dq_acc;  // fragment-ordered blocks, see dq_block
-    int* locks;     // deterministic mode: add counters, see dq_turns
+    int* locks;     // deterministic mode: add counters, see lock_count
     int sq, skv, hq, group, split;  // split: CTAs sharing one (KV head, key block), see kv_split
 };
 
-// Deterministic mode. fp32 additions do not commute bitwise, so each accumulator block must take
+// Deterministic mode. fp32 addition is not associative, so each accumulator block must take
 // its partials in a fixed order: key block 0 first, then 1, 2, ... (dK / dV partials of split
 // CTAs: split part 0, 1, ...). Every block has an int counter of the adds done so far; a CTA waits
 // until the counter reaches its own rank among the block's adders (its key block: every lower key
 // block adds to a query tile the CTA's keys see, causal or not), adds, and once the add completed,
-// increments the counter. Predecessors have lower block indices, so they were launched earlier and
-// hold an SM or have finished: no deadlock. The CTAs visit query tiles from the last one down with
+// increments the counter. Predecessors have lower block indices, so they were dispatched earlier
+// (GPUs dispatch a grid's CTAs in index order in practice; CUDA does not promise it) and hold an SM
+// or have finished: no deadlock. The CTAs visit query tiles from the last one down with
 // the heads inside, so the key blocks of a KV head pass the same dQ blocks one step apart instead
 // of waiting on each other's whole head loops. The dQ adds are made by two otherwise idle producer
 // warps (one per consumer), so the consumers wait neither for turns nor for adds to complete:
@@ -106,7 +107,8 @@ struct bwd_globals {
 // of 9% (docs/benchmarks.md 4f). Counters: B * Hq * n_qt * 2 for dQ, then B * ceil(Skv / 64) * Hkv
 // for dK / dV.
 inline long lock_count(int b, int sq, int skv, int hq, int hkv) {
-    return (long)b * hq * (padded_len(sq) / BWD_Q) * 2 + (long)b * ((skv + BWD_KV - 1) / BWD_KV) * hkv;
+    const long dq = (long)b * hq * (padded_len(sq) / BWD_Q) * 2;
+    return dq + (long)b * ((skv + BWD_KV - 1) / BWD_KV) * hkv;
 }
 
 __device__ inline void wait_turn(const int* lock, int turn) {
@@ -491,7 +493,8 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         if constexpr (DET) {  // counters after the dQ ones, see lock_count
             if (warpgroup::laneid() == 0) {
                 const long n_kt = (g.skv + BWD_KV - 1) / BWD_KV, n_hkv = gridDim.x / g.split;
-                dkv_lock = g.locks + (long)gridDim.y * g.hq * n_qt * 2 + (b * n_kt + kt) * n_hkv + hkv;
+                const long first = (long)gridDim.y * g.hq * n_qt * 2;  // after the dQ counters
+                dkv_lock = g.locks + first + (b * n_kt + kt) * n_hkv + hkv;
                 wait_turn(dkv_lock, blockIdx.x % g.split);
             }
         }

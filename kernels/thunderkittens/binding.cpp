@@ -43,8 +43,8 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
               const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse,
               const std::optional<torch::Tensor>& dlse, torch::Tensor& delta, torch::Tensor& lse2,
               torch::Tensor& dq_acc, const std::optional<torch::Tensor>& dkv_acc,
-              const std::optional<torch::Tensor>& locks, torch::Tensor& dq, torch::Tensor& dk, torch::Tensor& dv, bool causal,
-              int64_t stream) {
+              const std::optional<torch::Tensor>& locks, torch::Tensor& dq, torch::Tensor& dk,
+              torch::Tensor& dv, bool causal, int64_t stream) {
     for (auto [t, n] : {std::pair{&dout, "dout"}, {&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
                         {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
         check(*t, n, at::kBFloat16);
