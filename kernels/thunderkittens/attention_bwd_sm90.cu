@@ -576,8 +576,8 @@ __global__ void acc_convert_kernel(const float4* __restrict__ acc, bf16_2* __res
 template <int D>
 void run_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
              const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
-             float* dkv_acc, int* locks, void* dq, void* dk, void* dv, int b, int sq, int skv, int hq,
-             int hkv, bool causal, cudaStream_t stream) {
+             float* dkv_acc, int* locks, void* dq, void* dk, void* dv, int b, int sq, int skv,
+             int hq, int hkv, bool causal, cudaStream_t stream) {
     using C = bwd_cfg<D>;
     const int sp = padded_len(sq);
     const int split = kv_split(b, hq, hkv, skv, detail::num_sms());

@@ -27,7 +27,6 @@ Nothing here builds at import: the extension is compiled on the first call (buil
 
 from __future__ import annotations
 
-
 import torch
 
 from kernels.thunderkittens import build
