@@ -92,23 +92,22 @@ struct bwd_globals {
     int sq, skv, hq, group, split;  // split: CTAs sharing one (KV head, key block), see kv_split
 };
 
-// Deterministic mode. fp32 addition is not associative, so each accumulator block must take
-// its partials in a fixed order: key block 0 first, then 1, 2, ... (dK / dV partials of split
-// CTAs: split part 0, 1, ...). Every block has an int counter of the adds done so far; a CTA waits
-// until the counter reaches its own rank among the block's adders (its key block: every lower key
-// block adds to a query tile the CTA's keys see, causal or not), adds, and once the add completed,
-// increments the counter. Predecessors have lower block indices, so they were dispatched earlier
-// (GPUs dispatch a grid's CTAs in index order in practice; CUDA does not promise it) and hold an SM
-// or have finished: no deadlock. The CTAs visit query tiles from the last one down with
-// the heads inside, so the key blocks of a KV head pass the same dQ blocks one step apart instead
-// of waiting on each other's whole head loops. The dQ adds are made by two otherwise idle producer
-// warps (one per consumer), so the consumers wait neither for turns nor for adds to complete:
-// with the consumers waiting themselves, the backward was 23% slower than the default instead
-// of 9% (docs/benchmarks.md 4f). Counters: B * Hq * n_qt * 2 for dQ, then B * ceil(Skv / 64) * Hkv
-// for dK / dV.
-inline long lock_count(int b, int sq, int skv, int hq, int hkv) {
-    const long dq = (long)b * hq * (padded_len(sq) / BWD_Q) * 2;
-    return dq + (long)b * ((skv + BWD_KV - 1) / BWD_KV) * hkv;
+// Deterministic mode. fp32 addition is not associative, so each dQ accumulator block must take
+// its partials in a fixed order: key block 0 first, then 1, 2, ... Every block has an int counter
+// of the adds done so far; a CTA waits until the counter reaches its own rank among the block's
+// adders (its key block: every lower key block adds to a query tile the CTA's keys see, causal or
+// not), adds, and once the add completed, increments the counter. Predecessors have lower block
+// indices, so they were dispatched earlier (GPUs dispatch a grid's CTAs in index order in
+// practice; CUDA does not promise it) and hold an SM or have finished: no deadlock. The CTAs visit
+// query tiles from the last one down with the heads inside, so the key blocks of a KV head pass the
+// same dQ blocks one step apart instead of waiting on each other's whole head loops. The dQ adds
+// are made by two otherwise idle producer warps (one per consumer), so the consumers wait neither
+// for turns nor for adds to complete: with the consumers waiting themselves, the backward was 23%
+// slower than the default instead of 9% (docs/benchmarks.md 4f). The dK / dV partials of split
+// CTAs need no turns: each split part stores its own fp32 slice, and the conversion kernel sums
+// the slices in order. Counters: B * Hq * n_qt * 2.
+inline long lock_count(int b, int sq, int hq) {
+    return (long)b * hq * (padded_len(sq) / BWD_Q) * 2;
 }
 
 __device__ inline void wait_turn(const int* lock, int turn) {
@@ -489,15 +488,8 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         }
     } else {
         constexpr int PARTS = D / C::DQ_COLS;  // column slices of the staging tile's width
-        int* dkv_lock = nullptr;  // deterministic mode, thread 0
-        if constexpr (DET) {  // counters after the dQ ones, see lock_count
-            if (warpgroup::laneid() == 0) {
-                const long n_kt = (g.skv + BWD_KV - 1) / BWD_KV, n_hkv = gridDim.x / g.split;
-                const long first = (long)gridDim.y * g.hq * n_qt * 2;  // after the dQ counters
-                dkv_lock = g.locks + first + (b * n_kt + kt) * n_hkv + hkv;
-                wait_turn(dkv_lock, blockIdx.x % g.split);
-            }
-        }
+        // Deterministic mode: this split part's own slice, (split * B, Skv, Hkv, D).
+        const int slice_b = DET ? (blockIdx.x % g.split) * gridDim.y + b : b;
 #pragma unroll
         for (int t = 0; t < 2 * PARTS; t++) {
             rt_fl<16, D>& src = t < PARTS ? dk : dv;
@@ -509,14 +501,11 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             detail::fence_async_shared();
             warpgroup::sync(wg + 1);
             if (warpgroup::laneid() == 0) {
-                tma::store_add_async<dim::DEPTH, cache_policy::NORMAL>(
-                    t < PARTS ? g.dk_acc : g.dv_acc, dq_s[wg], coord<dq_tile>(b, kt, hkv, t % PARTS));
-            }
-        }
-        if constexpr (DET) {
-            if (warpgroup::laneid() == 0) {
-                tma::store_async_wait<0>();
-                pass_turn(dkv_lock);
+                const auto& acc = t < PARTS ? g.dk_acc : g.dv_acc;
+                const auto at = coord<dq_tile>(slice_b, kt, hkv, t % PARTS);
+                using namespace tma;
+                if constexpr (DET) store_async<dim::DEPTH, cache_policy::NORMAL>(acc, dq_s[wg], at);
+                else store_add_async<dim::DEPTH, cache_policy::NORMAL>(acc, dq_s[wg], at);
             }
         }
     }
@@ -563,11 +552,17 @@ __global__ __launch_bounds__(256) void dq_block_convert_kernel(const float4* __r
     dst[1] = reinterpret_cast<const uint4*>(vals)[1];
 }
 
-// dk, dv = bf16(acc * scale) from their (B, Skv, Hkv, D) fp32 accumulators when split > 1.
+// dk, dv = bf16(sum of the slices * scale) from their (slices * B, Skv, Hkv, D) fp32
+// accumulators when split > 1; the slices (deterministic mode: one per split part) in order.
 __global__ void acc_convert_kernel(const float4* __restrict__ acc, bf16_2* __restrict__ out,
-                                   long n4, float scale) {
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (long)gridDim.x * blockDim.x) {
-        const float4 v = acc[i];
+                                   long n4, int slices, float scale) {
+    const long step = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += step) {
+        float4 v = acc[i];
+        for (int j = 1; j < slices; j++) {
+            const float4 w = acc[j * n4 + i];
+            v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
+        }
         out[2 * i] = __floats2bfloat162_rn(v.x * scale, v.y * scale);
         out[2 * i + 1] = __floats2bfloat162_rn(v.z * scale, v.w * scale);
     }
@@ -582,9 +577,10 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
     const int sp = padded_len(sq);
     const int split = kv_split(b, hq, hkv, skv, detail::num_sms());
     const size_t kv_elems = (size_t)b * skv * hkv * D;
+    const int slices = locks != nullptr ? split : 1;  // of each dK / dV accumulator
     detail::require(split == 1 || dkv_acc != nullptr,
                     "attention backward: the dK/dV accumulator workspace is missing");
-    if (split > 1) {
+    if (split > 1 && slices == 1) {  // deterministic mode stores every slice element instead
         detail::check_cuda(cudaMemsetAsync(dkv_acc, 0, 2 * kv_elems * sizeof(float), stream),
                            "attention backward dK/dV accumulator zeroing");
     }
@@ -594,7 +590,7 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
                        "attention backward dQ accumulator zeroing");
     if (locks != nullptr) {
         detail::check_cuda(
-            cudaMemsetAsync(locks, 0, lock_count(b, sq, skv, hq, hkv) * sizeof(int), stream),
+            cudaMemsetAsync(locks, 0, lock_count(b, sq, hq) * sizeof(int), stream),
             "attention backward deterministic-mode counters zeroing");
     }
     {
@@ -606,11 +602,12 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
             delta, lse2, b, sq, sp, hq);
         detail::check_cuda(cudaGetLastError(), "attention backward prep launch");
     }
-    // fp32 (B, Skv, Hkv, D) dK / dV accumulators; with split == 1 they are never touched and only
-    // need a valid descriptor, so they point at dq_acc with a one-row shape.
+    // fp32 (slices * B, Skv, Hkv, D) dK / dV accumulators; with split == 1 they are never touched
+    // and only need a valid descriptor, so they point at dq_acc with a one-row shape.
     auto acc_gl = [&](float* p) {
-        return split > 1 ? typename C::dq_gl{p, (size_t)b, (size_t)skv, (size_t)hkv, (size_t)D}
-                         : typename C::dq_gl{p, 1, 1, 1, (size_t)D};
+        return split > 1
+                   ? typename C::dq_gl{p, (size_t)b * slices, (size_t)skv, (size_t)hkv, (size_t)D}
+                   : typename C::dq_gl{p, 1, 1, 1, (size_t)D};
     };
     bwd_globals<D> g{make_bshd<typename C::q_gl>(q, b, sq, hq, D),
                      make_bshd<typename C::q_gl>(dout, b, sq, hq, D),
@@ -619,7 +616,7 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
                      make_bshd<typename C::kv_gl>(dk, b, skv, hkv, D),
                      make_bshd<typename C::kv_gl>(dv, b, skv, hkv, D),
                      acc_gl(split > 1 ? dkv_acc : dq_acc),
-                     acc_gl(split > 1 ? dkv_acc + kv_elems : dq_acc),
+                     acc_gl(split > 1 ? dkv_acc + slices * kv_elems : dq_acc),
                      typename C::vec_gl{lse2, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
                      typename C::vec_gl{delta, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
                      dq_acc, locks, sq, skv, hq, hq / hkv, split};
@@ -640,16 +637,17 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
         reinterpret_cast<const float4*>(dq_acc), reinterpret_cast<bf16*>(dq), sq, hq, n_qt,
         1.f / std::sqrt((float)D));
     detail::check_cuda(cudaGetLastError(), "attention backward dQ conversion launch");
-    auto convert = [&](const float* acc, void* out, long n, float scale) {
+    auto convert = [&](const float* acc, void* out, long n) {
         const long n4 = n / 4;  // D is a multiple of 4
         const int blocks = (int)std::min<long>((n4 + 255) / 256, 65535L * 4);
         acc_convert_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(acc),
-                                                        reinterpret_cast<bf16_2*>(out), n4, scale);
+                                                        reinterpret_cast<bf16_2*>(out), n4, slices,
+                                                        1.f);
         detail::check_cuda(cudaGetLastError(), "attention backward conversion launch");
     };
     if (split > 1) {
-        convert(dkv_acc, dk, (long)kv_elems, 1.f);
-        convert(dkv_acc + kv_elems, dv, (long)kv_elems, 1.f);
+        convert(dkv_acc, dk, (long)kv_elems);
+        convert(dkv_acc + slices * kv_elems, dv, (long)kv_elems);
     }
 }
 
@@ -661,9 +659,7 @@ int attn_bwd_kv_split(int b, int hq, int hkv, int skv) {
     return attn::kv_split(b, hq, hkv, skv, detail::num_sms());
 }
 
-long attn_bwd_lock_count(int b, int sq, int skv, int hq, int hkv) {
-    return attn::lock_count(b, sq, skv, hq, hkv);
-}
+long attn_bwd_lock_count(int b, int sq, int hq) { return attn::lock_count(b, sq, hq); }
 
 void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
               const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,

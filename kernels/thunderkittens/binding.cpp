@@ -52,17 +52,20 @@ void attn_bwd(const torch::Tensor& dout, const torch::Tensor& q, const torch::Te
                         {&dq_acc, "dq_acc"}})
         check(*t, n, at::kFloat);
     if (dlse) check(*dlse, "dlse", at::kFloat);
-    if (dkv_acc) {
-        check(*dkv_acc, "dkv_acc", at::kFloat);
-        TORCH_CHECK(dkv_acc->numel() == 2 * k.numel(),
-                    "titankit thunderkittens: dkv_acc must hold 2 x k.numel() floats");
-    }
     if (locks) {
         check(*locks, "locks", at::kInt);
         TORCH_CHECK(locks->numel() == titankit_tk::attn_bwd_lock_count(dim(q, 0), dim(q, 1),
-                                                                       dim(k, 1), dim(q, 2),
-                                                                       dim(k, 2)),
+                                                                       dim(q, 2)),
                     "titankit thunderkittens: locks must hold attn_bwd_lock_count(...) ints");
+    }
+    if (dkv_acc) {
+        check(*dkv_acc, "dkv_acc", at::kFloat);
+        // Deterministic mode (locks given): one slice per CTA sharing a key block.
+        const int slices =
+            locks ? titankit_tk::attn_bwd_kv_split(dim(q, 0), dim(q, 2), dim(k, 2), dim(k, 1)) : 1;
+        TORCH_CHECK(dkv_acc->numel() == 2 * slices * k.numel(),
+                    "titankit thunderkittens: dkv_acc must hold 2 x k.numel() floats (times "
+                    "attn_bwd_kv_split(...) with locks)");
     }
     const int sp = titankit_tk::attn_bwd_padded_len(dim(q, 1));
     TORCH_CHECK(delta.numel() == q.size(0) * q.size(2) * sp && lse2.numel() == delta.numel() &&

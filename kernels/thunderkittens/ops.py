@@ -114,15 +114,16 @@ def tk_attn_bwd(
     dq_acc = torch.empty((b, hq, sp, q.shape[3]), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     with torch.cuda.device(q.device):
-        # Few KV heads: several CTAs share a key block and add fp32 dK/dV partials (zeroed there).
+        # Deterministic mode: counters that order every dQ block's adds (zeroed there).
+        det = torch.are_deterministic_algorithms_enabled()
+        locks = (torch.empty(ext.attn_bwd_lock_count(b, sq, hq), dtype=torch.int32,
+                             device=q.device) if det else None)
+        # Few KV heads: several CTAs share a key block and add fp32 dK/dV partials (zeroed there);
+        # in deterministic mode each stores its own slice instead, summed in order afterwards.
         split = ext.attn_bwd_kv_split(b, hq, k.shape[2], k.shape[1])
-        dkv_acc = None if split == 1 else torch.empty((2, *k.shape), dtype=torch.float32,
-                                                      device=q.device)
-        # Deterministic mode: counters that order every accumulator block's adds (zeroed there).
-        locks = None
-        if torch.are_deterministic_algorithms_enabled():
-            n = ext.attn_bwd_lock_count(b, sq, k.shape[1], hq, k.shape[2])
-            locks = torch.empty(n, dtype=torch.int32, device=q.device)
+        slices = split if det else 1
+        dkv_acc = None if split == 1 else torch.empty((2, slices * k.shape[0], *k.shape[1:]),
+                                                      dtype=torch.float32, device=q.device)
         ext.attn_bwd(dout, q, k, v, out, lse, dlse, delta, lse2, dq_acc, dkv_acc, locks, dq, dk,
                      dv, causal, _stream(q))
     return dq, dk, dv

@@ -45,14 +45,15 @@ int attn_bwd_padded_len(int sq);
 int attn_bwd_kv_split(int b, int hq, int hkv, int skv);
 
 // Size of the `locks` workspace of the deterministic backward, in ints.
-long attn_bwd_lock_count(int b, int sq, int skv, int hq, int hkv);
+long attn_bwd_lock_count(int b, int sq, int hq);
 
 // dlse (B, Hq, Sq) fp32 or null: a gradient flowing into lse (delta becomes rowsum(dO*O) - dlse).
 // Workspace (uninitialised is fine, this call fills it): delta and lse2 (B, Hq, attn_bwd_padded_len
 // (Sq)) fp32, dq_acc (B, Hq, attn_bwd_padded_len(Sq), D) fp32 (the kernel's own block order),
-// dkv_acc (2, B, Skv, Hkv, D) fp32 when attn_bwd_kv_split(...) > 1 (else may be null), and locks
-// (attn_bwd_lock_count(...) ints) for bitwise-reproducible gradients, or null for the faster
-// backward whose fp32 adds land in varying order. Outputs dq like q, dk and dv like k, all bf16.
+// dkv_acc (2, S * B, Skv, Hkv, D) fp32 when attn_bwd_kv_split(...) > 1 (else may be null), and
+// locks (attn_bwd_lock_count(...) ints) for bitwise-reproducible gradients, or null for the faster
+// backward whose fp32 adds land in varying order; S = attn_bwd_kv_split(...) with locks, else 1.
+// Outputs dq like q, dk and dv like k, all bf16.
 void attn_bwd(const void* dout, const void* q, const void* k, const void* v, const void* out,
               const float* lse, const float* dlse, float* delta, float* lse2, float* dq_acc,
               float* dkv_acc, int* locks, void* dq, void* dk, void* dv, int b, int sq, int skv,
