@@ -286,7 +286,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             init_semaphore(ds_full[s], BWD_CONSUMERS * 4, 0);
             init_semaphore(ds_free[s], BWD_CONSUMERS * 4, 0);
         }
-        for (int c = 0; c < BWD_CONSUMERS; c++) {
+        for (int c = 0; DET && c < BWD_CONSUMERS; c++) {  // the writer warps' hand-over
             init_semaphore(dq_staged[c], 4, 0);  // one per consumer warp
             init_semaphore(dq_read[c], 1, 0);
         }
