@@ -5,7 +5,7 @@
 //   1. prep: delta = rowsum(dO * O) (- dlse, the gradient flowing into lse, when given: it adds
 //      dlse * P to dS) and lse2 = lse * log2(e) into (B, Hq, Sp) buffers (Sp = Sq
 //      rounded up to 64; padded rows get delta 0, lse2 +inf, so their P is exactly 0); a memset
-//      zeroes the fp32 dQ accumulator.
+//      zeroes the fp32 dQ accumulator (deterministic mode: not needed, see lock_count).
 //   2. main: CTA = one (KV head, batch, block of 128 keys); 3 warpgroups. The producer loads K, V
 //      once, then streams (Q, dO, lse2, delta) tiles of 64 queries for every query head of the GQA
 //      group and every query tile the keys can see (causal: from the diagonal on) through a 2-stage
@@ -96,7 +96,8 @@ struct bwd_globals {
 // its partials in a fixed order: key block 0 first, then 1, 2, ... Every block has an int counter
 // of the adds done so far; a CTA waits until the counter reaches its own rank among the block's
 // adders (its key block: every lower key block adds to a query tile the CTA's keys see, causal or
-// not), adds, and once the add completed, increments the counter. Predecessors have lower block
+// not), adds, and once the add completed, increments the counter. Key block 0, every block's first
+// adder, stores instead of adding, so the accumulator needs no zeroing pass. Predecessors have lower block
 // indices, so they were dispatched earlier (GPUs dispatch a grid's CTAs in index order in
 // practice; CUDA does not promise it) and hold an SM or have finished: no deadlock. The CTAs visit
 // query tiles from the last one down with the heads inside, so the key blocks of a KV head pass the
@@ -239,6 +240,17 @@ __device__ inline void bulk_add(float* acc, uint32_t stage) {
         : "memory");
 }
 
+// Stores one staged dQ block into `acc` (deterministic mode, the block's first adder: key block 0,
+// so the accumulator needs no zeroing), committed as its own bulk async-group.
+template <int D>
+__device__ inline void bulk_store(float* acc, uint32_t stage) {
+    asm volatile(
+        "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+        "cp.async.bulk.commit_group;\n" ::"l"(acc),
+        "r"(stage), "n"(bwd_cfg<D>::DQ_BLOCK * 4)
+        : "memory");
+}
+
 template <int D, bool CAUSAL, bool DET>
 __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_constant__ bwd_globals<D> g) {
     using C = bwd_cfg<D>;
@@ -324,7 +336,8 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
                 int* const lock = g.locks + blk / C::DQ_BLOCK;
                 wait(dq_staged[c], it & 1);
                 wait_turn(lock, kvb);
-                bulk_add<D>(g.dq_acc + blk, stage);
+                if (kvb == 0) bulk_store<D>(g.dq_acc + blk, stage);
+                else bulk_add<D>(g.dq_acc + blk, stage);
                 tma::store_async_read_wait<0>();
                 arrive(dq_read[c]);
                 tma::store_async_wait<0>();
@@ -586,9 +599,11 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
     }
     const int n_qt = sp / BWD_Q;
     const long dq_blocks = (long)b * hq * n_qt * C::DQ_PARTS;
-    detail::check_cuda(cudaMemsetAsync(dq_acc, 0, dq_blocks * C::DQ_BLOCK * sizeof(float), stream),
-                       "attention backward dQ accumulator zeroing");
-    if (locks != nullptr) {
+    if (locks == nullptr) {  // (deterministic mode: key block 0 stores the first partials)
+        detail::check_cuda(
+            cudaMemsetAsync(dq_acc, 0, dq_blocks * C::DQ_BLOCK * sizeof(float), stream),
+            "attention backward dQ accumulator zeroing");
+    } else {
         detail::check_cuda(
             cudaMemsetAsync(locks, 0, lock_count(b, sq, hq) * sizeof(int), stream),
             "attention backward deterministic-mode counters zeroing");

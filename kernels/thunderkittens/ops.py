@@ -110,7 +110,7 @@ def tk_attn_bwd(
     sp = ext.attn_bwd_padded_len(sq)
     delta = torch.empty((b, hq, sp), dtype=torch.float32, device=q.device)
     lse2 = torch.empty_like(delta)
-    # fp32 dQ partial sums, in blocks of the kernel's fragment order; zeroed by the call.
+    # fp32 dQ partial sums, in blocks of the kernel's fragment order; the call initialises them.
     dq_acc = torch.empty((b, hq, sp, q.shape[3]), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     with torch.cuda.device(q.device):
