@@ -92,23 +92,25 @@ struct bwd_globals {
     int sq, skv, hq, group, split;  // split: CTAs sharing one (KV head, key block), see kv_split
 };
 
-// Deterministic mode. fp32 addition is not associative, so each dQ accumulator block must take
-// its partials in a fixed order: key block 0 first, then 1, 2, ... Every block has an int counter
-// of the adds done so far; a CTA waits until the counter reaches its own rank among the block's
-// adders (its key block: every lower key block adds to a query tile the CTA's keys see, causal or
-// not), adds, and once the add completed, increments the counter. Key block 0, every block's first
-// adder, stores instead of adding, so the accumulator needs no zeroing pass. Predecessors have lower block
-// indices, so they were dispatched earlier (GPUs dispatch a grid's CTAs in index order in
-// practice; CUDA does not promise it) and hold an SM or have finished: no deadlock. The CTAs visit
-// query tiles from the last one down with the heads inside, so the key blocks of a KV head pass the
-// same dQ blocks one step apart instead of waiting on each other's whole head loops. The dQ adds
-// are made by two otherwise idle producer warps (one per consumer), so the consumers wait neither
-// for turns nor for adds to complete: with the consumers waiting themselves, the backward was 23%
-// slower than the default instead of 9% (docs/benchmarks.md 4f). The dK / dV partials of split
-// CTAs need no turns: each split part stores its own fp32 slice, and the conversion kernel sums
-// the slices in order. Counters: B * Hq * n_qt * 2.
+// Deterministic mode. fp32 addition is not associative, so each dQ accumulator block must take its
+// partials in a fixed order: key block 0 first, then 1, 2, ... Every block has an int counter of
+// the adds done so far; a CTA waits until the counter reaches its own rank among the block's adders
+// (its key block: every lower key block adds to a query tile the CTA's keys see, causal or not),
+// adds, and once the add completed, increments the counter. Key block 0, every block's first adder,
+// stores instead of adding, so the accumulator needs no zeroing pass. No deadlock: a CTA takes its
+// block index from a ticket counter when it starts (the grid's order, key blocks outermost), not
+// from blockIdx, so every predecessor took its ticket earlier and holds an SM or has finished,
+// whatever order the hardware dispatches CTAs in or whatever else runs beside (with blockIdx, an
+// SM-filling set of waiting CTAs could wait for one not yet dispatched). The CTAs visit query tiles
+// from the last one down with the heads inside, so the key blocks of a KV head pass the same dQ
+// blocks one step apart instead of waiting on each other's whole head loops. The dQ adds are made
+// by two otherwise idle producer warps (one per consumer), so the consumers wait neither for turns
+// nor for adds to complete: with the consumers waiting themselves, the backward was 23% slower than
+// the default instead of 9% (docs/benchmarks.md 4f). The dK / dV partials of split CTAs need no
+// turns: each split part stores its own fp32 slice, and the conversion kernel sums the slices in
+// order. Ints: the ticket counter, then B * Hq * n_qt * 2 add counters.
 inline long lock_count(int b, int sq, int hq) {
-    return (long)b * hq * (padded_len(sq) / BWD_Q) * 2;
+    return 1 + (long)b * hq * (padded_len(sq) / BWD_Q) * 2;
 }
 
 __device__ inline void wait_turn(const int* lock, int turn) {
@@ -272,23 +274,10 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     vec(&delta_s)[BWD_STAGES] = al.allocate<vec, BWD_STAGES>();
     __shared__ semaphore kv_full, qo_full[BWD_STAGES], qo_free[BWD_STAGES], ds_full[2], ds_free[2];
     __shared__ semaphore dq_staged[BWD_CONSUMERS], dq_read[BWD_CONSUMERS];  // deterministic mode
-
-    const int hkv = blockIdx.x / g.split, b = blockIdx.y, kvb = blockIdx.z;  // kvb 0: heaviest
-    const int heads = g.group / g.split;                     // query heads of this CTA
-    const int h0 = hkv * g.group + (blockIdx.x % g.split) * heads;
-    const int wg = detail::warpgroup_index();
-    const int n_qt = (g.sq + BWD_Q - 1) / BWD_Q;
-    const int qt_first = CAUSAL ? kvb * BWD_KV_BLOCK / BWD_Q : 0;  // Sq == Skv when causal
-    const int per_head = n_qt - qt_first;
-    const int iters = heads * per_head;
-    // (query head, query tile) of iteration `it`: heads outer, query tiles from the diagonal up;
-    // deterministic mode: query tiles from the last one down, heads inner (see lock_count).
-    auto tile_of = [&](int it) -> int2 {
-        if constexpr (DET) return {h0 + it % heads, n_qt - 1 - it / heads};
-        else return {h0 + it / per_head, qt_first + it % per_head};
-    };
+    __shared__ int ticket;  // deterministic mode: this CTA's place in start order (lock_count)
 
     if (threadIdx.x == 0) {
+        if constexpr (DET) ticket = atomicAdd(g.locks, 1);
         init_semaphore(kv_full, 0, 1);
         for (int s = 0; s < BWD_STAGES; s++) {
             init_semaphore(qo_full[s], 0, 1);
@@ -304,6 +293,25 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         }
     }
     __syncthreads();
+
+    // The grid is (Hkv * split, B, key blocks); deterministic mode walks it in ticket order.
+    const int3 cta = DET ? make_int3(ticket % gridDim.x, ticket / gridDim.x % gridDim.y,
+                                     ticket / (gridDim.x * gridDim.y))
+                         : make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
+    const int hkv = cta.x / g.split, b = cta.y, kvb = cta.z;  // kvb 0: heaviest
+    const int heads = g.group / g.split;                       // query heads of this CTA
+    const int h0 = hkv * g.group + (cta.x % g.split) * heads;
+    const int wg = detail::warpgroup_index();
+    const int n_qt = (g.sq + BWD_Q - 1) / BWD_Q;
+    const int qt_first = CAUSAL ? kvb * BWD_KV_BLOCK / BWD_Q : 0;  // Sq == Skv when causal
+    const int per_head = n_qt - qt_first;
+    const int iters = heads * per_head;
+    // (query head, query tile) of iteration `it`: heads outer, query tiles from the diagonal up;
+    // deterministic mode: query tiles from the last one down, heads inner (see lock_count).
+    auto tile_of = [&](int it) -> int2 {
+        if constexpr (DET) return {h0 + it % heads, n_qt - 1 - it / heads};
+        else return {h0 + it / per_head, qt_first + it % per_head};
+    };
 
     if (wg == BWD_CONSUMERS) {  // producer
         warpgroup::decrease_registers<24>();
@@ -333,7 +341,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             for (int it = 0; it < iters; it++) {
                 const auto [h, qt] = tile_of(it);
                 const size_t blk = dq_block<D>(b, h, qt, C::SPLIT_DQ ? c : 0, g.hq, n_qt);
-                int* const lock = g.locks + blk / C::DQ_BLOCK;
+                int* const lock = g.locks + 1 + blk / C::DQ_BLOCK;
                 wait(dq_staged[c], it & 1);
                 wait_turn(lock, kvb);
                 if (kvb == 0) bulk_store<D>(g.dq_acc + blk, stage);
@@ -502,7 +510,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     } else {
         constexpr int PARTS = D / C::DQ_COLS;  // column slices of the staging tile's width
         // Deterministic mode: this split part's own slice, (split * B, Skv, Hkv, D).
-        const int slice_b = DET ? (blockIdx.x % g.split) * gridDim.y + b : b;
+        const int slice_b = DET ? (cta.x % g.split) * gridDim.y + b : b;
 #pragma unroll
         for (int t = 0; t < 2 * PARTS; t++) {
             rt_fl<16, D>& src = t < PARTS ? dk : dv;

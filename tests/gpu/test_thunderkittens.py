@@ -185,6 +185,30 @@ def test_deterministic_mode_gives_bitwise_equal_gradients(b, sq, skv, hq, hkv, d
         assert all(torch.equal(x, y) for x, y in zip(replayed, first))
 
 
+
+def test_deterministic_backward_beside_other_kernels(deterministic_mode):
+    """Deterministic-mode CTAs wait for their predecessors' adds, so they must not depend on the
+    order in which the GPU dispatches them. With another stream's kernels holding SMs (as FSDP's
+    collectives do), the backward neither hangs nor changes a bit."""
+    b, s, hq, hkv, d = 1, 8192, 64, 8, 128  # ANCHORS.md's shape: 512 CTAs, about four waves
+    q, k, v, do = _inputs(b, s, s, hq, hkv, d, seed=11)
+    out, lse = ops.attention_fwd(q, k, v, causal=True)
+    deterministic_mode()
+    alone = ops.attention_bwd(do, q, k, v, out, lse, causal=True)
+    side = torch.cuda.Stream()
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        torch.use_deterministic_algorithms(False)  # cuBLAS refuses deterministic mode unconfigured
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                x = x @ x.T / 8192
+        deterministic_mode()
+        beside = ops.attention_bwd(do, q, k, v, out, lse, causal=True)
+        torch.cuda.synchronize()
+        for name, got, want in zip(("dq", "dk", "dv"), beside, alone):
+            assert torch.equal(got, want), f"{name} changed beside the side stream's kernels"
+
 def test_torch_compile_traces_the_custom_op():
     b, s, hq, hkv, d = 1, 256, 4, 2, 128
     q, k, v, _ = _inputs(b, s, s, hq, hkv, d, seed=5)
