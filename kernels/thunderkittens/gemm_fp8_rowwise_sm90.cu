@@ -33,8 +33,9 @@
 //     only ever waits on its successor's first piece, which waits on nothing, so waits never chain.
 //     With the GPU to itself the grid is co-resident (grid <= SMs, one CTA per SM by shared memory
 //     and launch bounds), so that piece is already running. Beside other kernels (NCCL) some CTAs
-//     start late; CTAs are dispatched in index order, so only the last dispatched one can be waiting
-//     on a CTA not yet started, and the others finish and free SMs for it.
+//     start late. So CTA "i" is a ticket taken at start, not blockIdx: the running CTAs are always
+//     tickets 0..j, only the last of them can be waiting on a CTA not yet started, and the others
+//     finish and free SMs for it, whatever order the hardware dispatches CTAs in.
 //   - The split depends only on (M, N, K, grid) and a tile's two pieces are added in one fixed
 //     order, so results are bitwise reproducible run to run (they differ from a data-parallel run
 //     in the last bits, by the order of the fp32 additions).
@@ -75,7 +76,7 @@ struct globals {
     const float* scale_a;
     const float* scale_b;
     float* partials;  // stream-K: one 128 x 256 fp32 slot per CTA (null when sk_tiles == 0)
-    int* flags;       // stream-K: one flag per (CTA, consumer), zero at launch
+    int* flags;       // stream-K: one flag per (CTA, consumer), then the ticket; zero at launch
     int m, n, k;
     int sk_tiles;     // tiles at the end of the order split by K over the grid; 0: none
 };
@@ -96,16 +97,17 @@ __device__ inline int2 tile_coords(int t, int tiles_m, int tiles_n) {
 
 // Calls f(tile, k_begin, k_end) for this CTA's work in order: its whole data-parallel tiles, then
 // its share [i * total / grid, (i + 1) * total / grid) of the stream-K part's (tile, K slice)
-// pairs, cut at tile boundaries. Producer and consumers walk the same sequence.
+// pairs, cut at tile boundaries (i = cta). Producer and consumers walk the same sequence.
 template <typename F>
-__device__ __forceinline__ void for_each_unit(const globals& g, int tiles, int k_iters, F&& f) {
+__device__ __forceinline__ void for_each_unit(const globals& g, int cta, int tiles, int k_iters,
+                                              F&& f) {
     const int dp_tiles = tiles - g.sk_tiles;
-    for (int t = blockIdx.x; t < dp_tiles; t += gridDim.x) f(t, 0, k_iters);
+    for (int t = cta; t < dp_tiles; t += gridDim.x) f(t, 0, k_iters);
     // 32-bit: make_plan keeps total * grid below 2^31. With 64-bit positions (and their emulated
     // 64-bit divisions) ptxas spilled 40 bytes more here.
     const int total = g.sk_tiles * k_iters;
-    int pos = total * blockIdx.x / gridDim.x;
-    const int end = total * (blockIdx.x + 1) / gridDim.x;
+    int pos = total * cta / gridDim.x;
+    const int end = total * (cta + 1) / gridDim.x;
     while (pos < end) {
         const int t = pos / k_iters, kb = pos % k_iters;
         const int ke = end - pos < k_iters - kb ? kb + (end - pos) : k_iters;
@@ -143,24 +145,27 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
     b_tile(&b_s)[STAGES] = al.allocate<b_tile, STAGES>();
     c_tile(&c_s)[CONSUMERS][2] = al.allocate<c_tile, CONSUMERS, 2>();
     __shared__ semaphore full[STAGES], empty[STAGES];
+    __shared__ int ticket;  // stream-K: this CTA's place in start order (see the header)
 
     const int tiles_m = (g.m + BM - 1) / BM, tiles_n = (g.n + BN - 1) / BN;
     const int tiles = tiles_m * tiles_n, k_iters = (g.k + BK - 1) / BK;
     const int wg = detail::warpgroup_index();
 
     if (threadIdx.x == 0) {
+        ticket = g.sk_tiles > 0 ? atomicAdd(&g.flags[gridDim.x * CONSUMERS], 1) : blockIdx.x;
         for (int s = 0; s < STAGES; s++) {
             init_semaphore(full[s], 0, 1);           // completed by the producer's expect_tx + bytes
             init_semaphore(empty[s], CONSUMERS * 4, 0);  // one arrival per consumer warp
         }
     }
     __syncthreads();
+    const int cta = ticket;
 
     if (wg == CONSUMERS) {  // producer warpgroup
         warpgroup::decrease_registers<40>();
         if (warpgroup::laneid() == 0) {
             int it = 0;
-            for_each_unit(g, tiles, k_iters, [&](int t, int kb, int ke) {
+            for_each_unit(g, cta, tiles, k_iters, [&](int t, int kb, int ke) {
                 const int2 mn = tile_coords(t, tiles_m, tiles_n);
                 for (int kk = kb; kk < ke; kk++, it++) {
                     const int s = it % STAGES;
@@ -205,7 +210,7 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
         out_mn = {-1, -1};
     };
 
-    for_each_unit(g, tiles, k_iters, [&](int t, int kb, int ke) {
+    for_each_unit(g, cta, tiles, k_iters, [&](int t, int kb, int ke) {
         const int2 mn = tile_coords(t, tiles_m, tiles_n);
         const int store_at = min(kb + 1, ke - 1);  // after this slice's wgmmas are issued
         int prev = -1;
@@ -226,7 +231,7 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
         // warp covers 512 contiguous bytes; the partial is read once, so it bypasses L1 (.cg).
         if (kb > 0) {  // a tile's end piece, this CTA's first stream-K unit: hand it to CTA i - 1
             float4* slot = reinterpret_cast<float4*>(g.partials) +
-                           (size_t)(blockIdx.x * CONSUMERS + wg) * SLOT_FLOAT4 + tid;
+                           (size_t)(cta * CONSUMERS + wg) * SLOT_FLOAT4 + tid;
             opaque(slot);
 #pragma unroll
             for (int j = 0; j < BN / 16; j++) {
@@ -238,11 +243,11 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             }
             __threadfence();          // each thread's partial is visible GPU-wide, and then
             warpgroup::sync(wg + 1);  // all 128 threads are past that point: publish
-            if (tid == 0) store_release(&g.flags[blockIdx.x * CONSUMERS + wg], 1);
+            if (tid == 0) store_release(&g.flags[cta * CONSUMERS + wg], 1);
             return;
         }
         if (ke < k_iters) {  // a tile's start piece: its end is CTA i + 1's first unit
-            const int peer = (blockIdx.x + 1) * CONSUMERS + wg;
+            const int peer = (cta + 1) * CONSUMERS + wg;
             while (load_acquire(&g.flags[peer]) == 0) __nanosleep(64);  // every thread acquires
             const float4* slot = reinterpret_cast<const float4*>(g.partials) +
                                  (size_t)peer * SLOT_FLOAT4 + tid;
@@ -324,7 +329,7 @@ Fp8GemmWorkspace fp8_gemm_rowwise_workspace(int m, int n, int k) {
     if (m <= 0 || n <= 0 || k <= 0) return {0, 0};
     const plan p = make_plan(m, n, k);
     if (p.sk_tiles == 0) return {0, 0};
-    return {(int64_t)p.grid * CONSUMERS * SLOT_FLOAT4 * 4, (int64_t)p.grid * CONSUMERS};
+    return {(int64_t)p.grid * CONSUMERS * SLOT_FLOAT4 * 4, (int64_t)p.grid * CONSUMERS + 1};
 }
 
 void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const float* scale_b,

@@ -346,7 +346,8 @@ def test_fp8_gemm_stream_k_tail(shape, stream_k):
                          ids=["8192^3", "tiles=SMs+1-K16slices"])
 def test_fp8_gemm_is_deterministic_and_graph_capturable(shape):
     """Stream-K adds each split tile's two fp32 pieces in a fixed order: bitwise-equal repeats,
-    also from a CUDA graph replay (the workspace flags are zeroed on the stream, no host sync)."""
+    also from a CUDA graph replay (the workspace flags are zeroed on the stream, no host sync) and
+    beside another stream's kernels."""
     m, n, k = shape(_sms())
     qx, sx, qw, sw, _ = _fp8_operands(m, n, k, seed=1)
     first = ops.fp8_gemm_rowwise(qx, qw, sx, sw)
@@ -361,6 +362,18 @@ def test_fp8_gemm_is_deterministic_and_graph_capturable(shape):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(replayed, first)
+    # Beside another stream's kernels some CTAs start late; a CTA waits only on the one that took
+    # the next ticket, so it neither hangs nor changes a bit.
+    side = torch.cuda.Stream()
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    for _ in range(3):
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                x = x @ x.T / 8192
+        beside = ops.fp8_gemm_rowwise(qx, qw, sx, sw)
+        torch.cuda.synchronize()
+        assert torch.equal(beside, first)
 
 
 def test_scale_is_one_over_sqrt_head_dim():
