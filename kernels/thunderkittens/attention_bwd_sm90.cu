@@ -231,26 +231,19 @@ __device__ inline int2 dq_block_coords(int m, int t) {
     return {(t / 32) * 16 + lane / 4, (m / 2) * 16 + (m % 2) * 8 + 2 * (lane % 4)};
 }
 
-// Adds one staged dQ block (shared address `stage`) into `acc` with a bulk reduce-add, committed
-// as its own bulk async-group.
-template <int D>
+// Writes one staged dQ block (shared address `stage`) into `acc` as its own bulk async-group: a
+// bulk reduce-add, or with ADD false a plain bulk store (deterministic mode's first adder of every
+// block, key block 0, so the accumulator needs no zeroing).
+template <int D, bool ADD = true>
 __device__ inline void bulk_add(float* acc, uint32_t stage) {
-    asm volatile(
-        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-        "cp.async.bulk.commit_group;\n" ::"l"(acc),
-        "r"(stage), "n"(bwd_cfg<D>::DQ_BLOCK * 4)
-        : "memory");
-}
-
-// Stores one staged dQ block into `acc` (deterministic mode, the block's first adder: key block 0,
-// so the accumulator needs no zeroing), committed as its own bulk async-group.
-template <int D>
-__device__ inline void bulk_store(float* acc, uint32_t stage) {
-    asm volatile(
-        "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-        "cp.async.bulk.commit_group;\n" ::"l"(acc),
-        "r"(stage), "n"(bwd_cfg<D>::DQ_BLOCK * 4)
-        : "memory");
+    if constexpr (ADD) {
+        asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                     ::"l"(acc), "r"(stage), "n"(bwd_cfg<D>::DQ_BLOCK * 4) : "memory");
+    } else {
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                     ::"l"(acc), "r"(stage), "n"(bwd_cfg<D>::DQ_BLOCK * 4) : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 
 template <int D, bool CAUSAL, bool DET>
@@ -344,7 +337,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
                 int* const lock = g.locks + 1 + blk / C::DQ_BLOCK;
                 wait(dq_staged[c], it & 1);
                 wait_turn(lock, kvb);
-                if (kvb == 0) bulk_store<D>(g.dq_acc + blk, stage);
+                if (kvb == 0) bulk_add<D, false>(g.dq_acc + blk, stage);
                 else bulk_add<D>(g.dq_acc + blk, stage);
                 tma::store_async_read_wait<0>();
                 arrive(dq_read[c]);

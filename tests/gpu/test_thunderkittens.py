@@ -185,6 +185,25 @@ def test_deterministic_mode_gives_bitwise_equal_gradients(b, sq, skv, hq, hkv, d
         assert all(torch.equal(x, y) for x, y in zip(replayed, first))
 
 
+def _beside_other_kernels(run, rounds: int = 3) -> list:
+    """run()'s results, each call made while another stream's bf16 matmuls hold SMs (as FSDP's
+    collectives do), so some of its CTAs start late and in no particular order."""
+    side = torch.cuda.Stream()
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    results = []
+    for _ in range(rounds):
+        mode = (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled())
+        torch.use_deterministic_algorithms(False)  # cuBLAS refuses deterministic mode unconfigured
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                x = x @ x.T / 8192
+        torch.use_deterministic_algorithms(mode[0], warn_only=mode[1])
+        results.append(run())
+        torch.cuda.synchronize()
+    return results
+
 
 def test_deterministic_backward_beside_other_kernels(deterministic_mode):
     """Deterministic-mode CTAs wait for their predecessors' adds, so they must not depend on the
@@ -195,19 +214,11 @@ def test_deterministic_backward_beside_other_kernels(deterministic_mode):
     out, lse = ops.attention_fwd(q, k, v, causal=True)
     deterministic_mode()
     alone = ops.attention_bwd(do, q, k, v, out, lse, causal=True)
-    side = torch.cuda.Stream()
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    torch.cuda.synchronize()
-    for _ in range(3):
-        torch.use_deterministic_algorithms(False)  # cuBLAS refuses deterministic mode unconfigured
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                x = x @ x.T / 8192
-        deterministic_mode()
-        beside = ops.attention_bwd(do, q, k, v, out, lse, causal=True)
-        torch.cuda.synchronize()
+    for beside in _beside_other_kernels(lambda: ops.attention_bwd(do, q, k, v, out, lse,
+                                                                  causal=True)):
         for name, got, want in zip(("dq", "dk", "dv"), beside, alone):
             assert torch.equal(got, want), f"{name} changed beside the side stream's kernels"
+
 
 def test_torch_compile_traces_the_custom_op():
     b, s, hq, hkv, d = 1, 256, 4, 2, 128
@@ -362,17 +373,8 @@ def test_fp8_gemm_is_deterministic_and_graph_capturable(shape):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(replayed, first)
-    # Beside another stream's kernels some CTAs start late; a CTA waits only on the one that took
-    # the next ticket, so it neither hangs nor changes a bit.
-    side = torch.cuda.Stream()
-    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    torch.cuda.synchronize()
-    for _ in range(3):
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                x = x @ x.T / 8192
-        beside = ops.fp8_gemm_rowwise(qx, qw, sx, sw)
-        torch.cuda.synchronize()
+    # A CTA waits only on the one that took the next ticket: no hang, same bits.
+    for beside in _beside_other_kernels(lambda: ops.fp8_gemm_rowwise(qx, qw, sx, sw)):
         assert torch.equal(beside, first)
 
 
