@@ -8,15 +8,17 @@ Attention (bf16, causal, head dim 128): TK vs SDPA's cuDNN backend and our Trito
 FLOPs: forward = 4 B Hq S^2 D / 2 (the causal half), forward+backward = 3.5 x forward.
 FP8 GEMM (e4m3, bf16 out), rowwise and tensorwise scales: TK vs torch._scaled_mm with the same
 scales (use_fast_accum=True, the same accumulation as TK's; and False), TFLOP/s = 2 M N K / time.
-Times are medians of triton.testing.do_bench; each row also gives the max abs difference of the
-outputs against the baseline named in the row (cuDNN SDPA, or _scaled_mm with promotion and the
-same scales).
+Times are medians of triton.testing.do_bench, then the median over --rounds rounds (each
+round rotates the order of the implementations; the TFLOP/s of every round are listed too); each
+row also gives the max abs difference of the outputs against the baseline named in the row (cuDNN
+SDPA, or _scaled_mm with promotion and the same scales).
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import statistics
 import sys
 
 import torch
@@ -53,6 +55,32 @@ def cudnn_attention(q, k, v, causal: bool = True):
     return out.transpose(1, 2)
 
 
+def round_orders(names: list[str], rounds: int) -> list[list[str]]:
+    """The order of each round, rotated by one slot per round so that no implementation keeps a
+    slot: on the power-limited H200 the same kernel measured 2-5% apart in two slots of one round
+    (docs/benchmarks.md 4g)."""
+    return [names[r % len(names):] + names[:r % len(names)] for r in range(rounds)] if names else []
+
+
+def _rounds(measures: dict, rounds: int, failed: dict) -> dict[str, list]:
+    """{name: [measures[name]() of every round]} over `rounds` rotated rounds; a name whose
+    measurement raises goes to `failed` with the first line of the error."""
+    results = {name: [] for name in measures}
+    for order in round_orders([n for n in measures if n not in failed], rounds):
+        for name in order:
+            if name in failed:
+                continue
+            try:
+                results[name].append(measures[name]())
+            except (RuntimeError, ValueError) as e:  # a backend that cannot run here: say why
+                failed[name] = str(e).splitlines()[0][:80]
+    return results
+
+
+def _by_round(flop: float, ms: list[float]) -> str:
+    return ", ".join(f"{flop / t / 1e9:.0f}" for t in ms)
+
+
 def _attention_impls() -> dict:
     from kernels.attention import attention
     from kernels.thunderkittens import ops
@@ -65,29 +93,44 @@ def _attention_impls() -> dict:
     }
 
 
-def attention_rows(name: str, shape: tuple) -> list[str]:
-    """Markdown rows (shape, implementation, fwd ms, fwd TFLOP/s, fwd+bwd ms, TFLOP/s, diff)."""
+def attention_rows(name: str, shape: tuple, rounds: int = 1, device: str = "cuda") -> list[str]:
+    """Markdown rows (shape, implementation, fwd ms, fwd TFLOP/s, fwd+bwd ms, TFLOP/s, fwd+bwd
+    TFLOP/s by round, diff); ms are medians over the rounds."""
     b, hq, hkv, s, d = shape
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v, do = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16()
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v, do = (torch.randn(b, s, h, d, device=device, generator=g).bfloat16()
                    for h in (hq, hkv, hkv, hq))
     flops = 4.0 * b * hq * s * s * d / 2
     impls = _attention_impls()
     with torch.no_grad():
         ref = impls["sdpa cudnn"](q, k, v).float()
-    rows = []
+    errs, failed, measures = {}, {}, {}
     for impl, fn in impls.items():
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         try:
             with torch.no_grad():
-                err = (fn(q, k, v).float() - ref).abs().max().item()
-                fwd = _time(lambda: fn(q, k, v))
-            both = _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
+                errs[impl] = (fn(q, k, v).float() - ref).abs().max().item()
         except (RuntimeError, ValueError) as e:  # a backend that cannot run here: say why
-            rows.append(f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:80]} | | | | |")
+            failed[impl] = str(e).splitlines()[0][:80]
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+
+        def measure(fn=fn, leaves=leaves):
+            with torch.no_grad():
+                fwd = _time(lambda: fn(q, k, v))
+            return fwd, _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
+
+        measures[impl] = measure
+    pairs = _rounds(measures, rounds, failed)  # (fwd ms, fwd+bwd ms) per round
+    rows = []
+    for impl in impls:
+        if impl in failed:
+            rows.append(f"| {name} | {impl} | n/a: {failed[impl]} | | | | | |")
             continue
+        fwd = statistics.median([t[0] for t in pairs[impl]])
+        both_ms = [t[1] for t in pairs[impl]]
+        both = statistics.median(both_ms)
         rows.append(f"| {name} | {impl} | {fwd:.3f} | {flops / fwd / 1e9:.0f} | {both:.3f} | "
-                    f"{3.5 * flops / both / 1e9:.0f} | {err:.1e} |")
+                    f"{3.5 * flops / both / 1e9:.0f} | {_by_round(3.5 * flops, both_ms)} | "
+                    f"{errs[impl]:.1e} |")
     return rows
 
 
@@ -102,14 +145,17 @@ def _quantized(x: torch.Tensor, w: torch.Tensor, scaling: str) -> tuple:
     return qx, qw, sx, sw.reshape(1, -1)
 
 
-def gemm_rows(name: str, m: int, n: int, k: int) -> list[str]:
-    """Markdown rows (shape, implementation, ms, TFLOP/s, max abs diff vs _scaled_mm promoted),
-    rowwise then tensorwise scales; each scaling's rows are compared with its own promoted result."""
+def gemm_rows(name: str, m: int, n: int, k: int, rounds: int = 1,
+              device: str = "cuda") -> list[str]:
+    """Markdown rows (shape, implementation, ms, TFLOP/s, TFLOP/s by round, max abs diff vs
+    _scaled_mm promoted), rowwise then tensorwise scales; each scaling's rows are compared with its
+    own promoted result; ms are medians over the rounds."""
     from kernels.thunderkittens import ops
 
-    g = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
-    w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).bfloat16()
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(m, k, device=device, generator=g).bfloat16()
+    w = (torch.randn(n, k, device=device, generator=g) * 0.02).bfloat16()
+    flop = 2.0 * m * n * k
     rows = []
     for scaling in ("rowwise", "tensorwise"):
         qx, qw, sx, sw = _quantized(x, w, scaling)
@@ -123,15 +169,22 @@ def gemm_rows(name: str, m: int, n: int, k: int) -> list[str]:
                                                             use_fast_accum=False),
         }
         ref = fns["_scaled_mm promoted"]().float()
+        errs, failed = {}, {}
         for impl, fn in fns.items():
-            label = f"{name} | {impl} {scaling}"
             try:
-                err = (fn().float() - ref).abs().max().item()
-                ms = _time(fn)
+                errs[impl] = (fn().float() - ref).abs().max().item()
             except (RuntimeError, ValueError) as e:
-                rows.append(f"| {label} | n/a: {str(e).splitlines()[0][:80]} | | |")
+                failed[impl] = str(e).splitlines()[0][:80]
+        times = _rounds({impl: (lambda fn=fn: _time(fn)) for impl, fn in fns.items()}, rounds,
+                        failed)
+        for impl in fns:
+            label = f"{name} | {impl} {scaling}"
+            if impl in failed:
+                rows.append(f"| {label} | n/a: {failed[impl]} | | | |")
                 continue
-            rows.append(f"| {label} | {ms:.3f} | {2.0 * m * n * k / ms / 1e9:.0f} | {err:.1e} |")
+            ms = statistics.median(times[impl])
+            rows.append(f"| {label} | {ms:.3f} | {flop / ms / 1e9:.0f} | "
+                        f"{_by_round(flop, times[impl])} | {errs[impl]:.1e} |")
     return rows
 
 
@@ -142,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma list of {', '.join(ATTN_SHAPES)} (empty: none)")
     p.add_argument("--gemm", default="8192^3",
                    help=f"comma list of {', '.join(GEMM_SHAPES)} (empty: none)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds per shape, the implementations' order rotated each round; the "
+                        "tables give medians and every round's TFLOP/s (default 3)")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
     attn = [s for s in args.attention.split(",") if s]
     gemm = [s for s in args.gemm.split(",") if s]
     bad = [s for s in attn if s not in ATTN_SHAPES] + [s for s in gemm if s not in GEMM_SHAPES]
@@ -159,16 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"command: python -m kernels.thunderkittens.bench {' '.join(shown)}\n")
     if attn:
         rows = ["| shape | implementation | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s "
-                "| max abs diff vs cuDNN (fwd) |", "|---|---|---|---|---|---|---|"]
+                "| fwd+bwd TFLOP/s by round | max abs diff vs cuDNN (fwd) |",
+                "|---|---|---|---|---|---|---|---|"]
         for name in attn:
-            rows += attention_rows(name, ATTN_SHAPES[name])
+            rows += attention_rows(name, ATTN_SHAPES[name], args.rounds)
         print("\n".join(rows) + "\n")
     if gemm:
-        rows = ["| GEMM (M, N, K) | implementation | ms | TFLOP/s | max abs diff vs promoted |",
-                "|---|---|---|---|---|"]
+        rows = ["| GEMM (M, N, K) | implementation | ms | TFLOP/s | TFLOP/s by round "
+                "| max abs diff vs promoted |", "|---|---|---|---|---|---|"]
         for name in gemm:
             m, n, k = GEMM_SHAPES[name]
-            rows += gemm_rows(f"{name} ({m}, {n}, {k})", m, n, k)
+            rows += gemm_rows(f"{name} ({m}, {n}, {k})", m, n, k, args.rounds)
         print("\n".join(rows))
     return 0
 
