@@ -43,6 +43,13 @@ def _losses(run_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss_metrics/global_avg_loss"] for r in rows}
 
 
+def _assert_resumed_steps_match(dump: Path) -> None:
+    """Steps 7-12 of the resumed run ("run") equal those of the straight one ("ref") bit for bit."""
+    ref, got = _losses(dump / "ref"), _losses(dump / "run")
+    for step in range(7, 13):
+        assert got[step] == ref[step], (step, got[step], ref[step])
+
+
 def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path):
     _train(tmp_path, "ref", 12)
     ckpt = ["--checkpoint.enable", "--checkpoint.interval=3", "--checkpoint.async_mode=async",
@@ -53,9 +60,7 @@ def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path):
     assert "resumed from" in second.stderr and "step-6" in second.stderr
     for step in (3, 6, 9, 12):
         assert (tmp_path / "run" / "checkpoint" / f"step-{step}").is_dir(), step
-    ref, got = _losses(tmp_path / "ref"), _losses(tmp_path / "run")
-    for step in range(7, 13):
-        assert got[step] == ref[step], (step, got[step], ref[step])
+    _assert_resumed_steps_match(tmp_path)
 
 
 @pytest.mark.skipif(not build.available(), reason="needs ThunderKittens and an sm_90 GPU")
@@ -69,6 +74,4 @@ def test_thunderkittens_attention_resumes_exactly(tmp_path):
     _train(tmp_path, "run", 6, *tk, *ckpt)
     second = _train(tmp_path, "run", 12, *tk, *ckpt)
     assert "resumed from" in second.stderr and "step-6" in second.stderr
-    ref, got = _losses(tmp_path / "ref"), _losses(tmp_path / "run")
-    for step in range(7, 13):
-        assert got[step] == ref[step], (step, got[step], ref[step])
+    _assert_resumed_steps_match(tmp_path)
