@@ -6,10 +6,11 @@
 //      dlse * P to dS) and lse2 = lse * log2(e) into (B, Hq, Sp) buffers (Sp = Sq
 //      rounded up to 64; padded rows get delta 0, lse2 +inf, so their P is exactly 0); a memset
 //      zeroes the fp32 dQ accumulator (deterministic mode: not needed, see lock_count).
-//   2. main: CTA = one (KV head, batch, block of 128 keys); 3 warpgroups. The producer loads K, V
-//      once, then streams (Q, dO, lse2, delta) tiles of 64 queries for every query head of the GQA
-//      group and every query tile the keys can see (causal: from the diagonal on) through a 2-stage
-//      TMA ring. Each consumer owns 64 keys and accumulates dK, dV (64 x D fp32) over the whole
+//   2. main: CTA = one (KV head, batch) and a block of 128 keys, or two blocks one after the other
+//      (causal: see bwd_unit); 3 warpgroups. For each key block the producer loads K, V once, then
+//      streams (Q, dO, lse2, delta) tiles of 64 queries for every query head of the GQA group and
+//      every query tile the keys can see (causal: from the diagonal on) through a 2-stage TMA
+//      ring. Each consumer owns 64 keys and accumulates dK, dV (64 x D fp32) over the whole
 //      group in registers:
 //         S^T = K Q^T, dP^T = V dO^T                      (wgmma from shared memory)
 //         P^T = exp2(S^T * scale * log2e - lse2), dS^T = P^T * (dP^T - delta)
@@ -145,6 +146,57 @@ inline int kv_split(int b, int hq, int hkv, int skv, int sms) {
     return split;
 }
 
+// The work of a CTA: one or two units, each a key block of its KV head with every query tile the
+// block sees. Causal attention (default mode, split 1) pairs key blocks p and n_kvb - 1 - p in the
+// CTA at grid z = p, so every CTA has the same number of iterations (n_qt + 2 query tiles per
+// head when n_qt = 2 n_kvb) and the CTAs of a wave stay in step. The first unit walks its query
+// tiles from the last one down, the second from its diagonal up, the heads inside: at step t of
+// the walk every first unit is at query tile n_qt - 1 - t and every second unit at t - 2, whatever
+// p. So the CTAs that add into a dQ block and read its Q and dO tiles do so within a few
+// iterations of each other, and all but the first hit in L2. With one key block per CTA (heads
+// outside, query tiles from the diagonal up) CTAs of different lengths drifted apart: at the
+// anchor shape 10 GB of DRAM traffic instead of 2, 62% L2 hits instead of 91%, and under the
+// power limit the backward was 9-13% slower (docs/benchmarks.md 4i). Each paired CTA starts at
+// its own head (rot), spreading the reduce-adds of the CTAs at one query tile over the group's dQ
+// blocks. Full attention (its CTAs all have the same length already) and split > 1 keep one key
+// block per CTA, heads outside: pairing them showed no gain beyond the spread of repeated runs.
+// Deterministic mode: one key block per CTA, from the last query tile down, heads inside, rot 0
+// (lock_count).
+struct bwd_unit {
+    int kvb, qt_first, per_head, rot;
+    bool desc;         // query tiles from the last one down
+    bool heads_inner;  // else every query tile of a head before the next head
+
+    __device__ int iters(int heads) const { return heads * per_head; }
+
+    // (query head, query tile) of the unit's iteration j, heads h0 .. h0 + heads - 1.
+    __device__ int2 tile(int j, int h0, int heads, int n_qt) const {
+        if (!heads_inner) return {h0 + j / per_head, qt_first + j % per_head};
+        const int step = j / heads;
+        const int hh = j - step * heads + rot;  // < 2 heads
+        return {h0 + (hh < heads ? hh : hh - heads), desc ? n_qt - 1 - step : qt_first + step};
+    }
+};
+
+__host__ __device__ inline bool bwd_paired(bool causal, bool det, int split) {
+    return causal && !det && split == 1;
+}
+
+// Grid z: key blocks, or pairs of them.
+inline int bwd_grid_z(int skv, bool paired) {
+    const int n_kvb = (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK;
+    return paired ? (n_kvb + 1) / 2 : n_kvb;
+}
+
+// Unit u of the CTA at grid z.
+template <bool CAUSAL, bool DET>
+__device__ inline bwd_unit make_unit(int z, int u, bool paired, int skv, int n_qt, int heads) {
+    const int n_kvb = (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK;
+    const int kvb = u == 0 ? z : n_kvb - 1 - z;
+    const int qt_first = CAUSAL ? kvb * BWD_KV_BLOCK / BWD_Q : 0;  // Sq == Skv when causal
+    return {kvb, qt_first, n_qt - qt_first, paired ? z % heads : 0, DET || u == 0, DET || paired};
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. delta and lse2. One row (b, s, h) per 8 threads, D / 8 elements each.
 template <int D>
@@ -265,13 +317,15 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     dq_tile(&dq_s)[BWD_CONSUMERS] = al.allocate<dq_tile, BWD_CONSUMERS>();
     vec(&lse_s)[BWD_STAGES] = al.allocate<vec, BWD_STAGES>();
     vec(&delta_s)[BWD_STAGES] = al.allocate<vec, BWD_STAGES>();
-    __shared__ semaphore kv_full, qo_full[BWD_STAGES], qo_free[BWD_STAGES], ds_full[2], ds_free[2];
+    __shared__ semaphore kv_full, kv_free, qo_full[BWD_STAGES], qo_free[BWD_STAGES];
+    __shared__ semaphore ds_full[2], ds_free[2];
     __shared__ semaphore dq_staged[BWD_CONSUMERS], dq_read[BWD_CONSUMERS];  // deterministic mode
     __shared__ int ticket;  // deterministic mode: this CTA's place in start order (lock_count)
 
     if (threadIdx.x == 0) {
         if constexpr (DET) ticket = atomicAdd(g.locks, 1);
         init_semaphore(kv_full, 0, 1);
+        init_semaphore(kv_free, BWD_CONSUMERS, 0);  // one arrival per consumer warpgroup
         for (int s = 0; s < BWD_STAGES; s++) {
             init_semaphore(qo_full[s], 0, 1);
             init_semaphore(qo_free[s], BWD_CONSUMERS * 4, 0);  // one per consumer warp
@@ -287,42 +341,44 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     }
     __syncthreads();
 
-    // The grid is (Hkv * split, B, key blocks); deterministic mode walks it in ticket order.
+    // The grid is (Hkv * split, B, key blocks or pairs of them, see bwd_unit); deterministic mode
+    // walks it in ticket order.
     const int3 cta = DET ? make_int3(ticket % gridDim.x, ticket / gridDim.x % gridDim.y,
                                      ticket / (gridDim.x * gridDim.y))
                          : make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
-    const int hkv = cta.x / g.split, b = cta.y, kvb = cta.z;  // kvb 0: heaviest
-    const int heads = g.group / g.split;                       // query heads of this CTA
+    const int hkv = cta.x / g.split, b = cta.y;
+    const int heads = g.group / g.split;  // query heads of this CTA
     const int h0 = hkv * g.group + (cta.x % g.split) * heads;
     const int wg = detail::warpgroup_index();
     const int n_qt = (g.sq + BWD_Q - 1) / BWD_Q;
-    const int qt_first = CAUSAL ? kvb * BWD_KV_BLOCK / BWD_Q : 0;  // Sq == Skv when causal
-    const int per_head = n_qt - qt_first;
-    const int iters = heads * per_head;
-    // (query head, query tile) of iteration `it`: heads outer, query tiles from the diagonal up;
-    // deterministic mode: query tiles from the last one down, heads inner (see lock_count).
-    auto tile_of = [&](int it) -> int2 {
-        if constexpr (DET) return {h0 + it % heads, n_qt - 1 - it / heads};
-        else return {h0 + it / per_head, qt_first + it % per_head};
-    };
+    const bool paired = bwd_paired(CAUSAL, DET, g.split);
+    const int n_kvb = (g.skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK;
+    const int n_units = paired && n_kvb - 1 - cta.z > cta.z ? 2 : 1;
+    auto unit = [&](int u) { return make_unit<CAUSAL, DET>(cta.z, u, paired, g.skv, n_qt, heads); };
+    auto tile_of = [&](const bwd_unit& un, int j) { return un.tile(j, h0, heads, n_qt); };
 
     if (wg == BWD_CONSUMERS) {  // producer
         warpgroup::decrease_registers<24>();
         if (warpgroup::laneid() == 0) {
-            tma::expect_bytes(kv_full, 2 * BWD_CONSUMERS * sizeof(kv_tile));
-            for (int c = 0; c < BWD_CONSUMERS; c++) {
-                load_seq_tile(k_s[c], g.k, b, kvb * BWD_CONSUMERS + c, hkv, kv_full);
-                load_seq_tile(v_s[c], g.v, b, kvb * BWD_CONSUMERS + c, hkv, kv_full);
-            }
-            for (int it = 0; it < iters; it++) {
-                const int s = it % BWD_STAGES;
-                const auto [h, qt] = tile_of(it);
-                if (it >= BWD_STAGES) wait(qo_free[s], ((it / BWD_STAGES) - 1) & 1);
-                tma::expect_bytes(qo_full[s], 2 * sizeof(q_tile) + 2 * sizeof(vec));
-                load_seq_tile(q_s[s], g.q, b, qt, h, qo_full[s]);
-                load_seq_tile(do_s[s], g.dout, b, qt, h, qo_full[s]);
-                tma::load_async(lse_s[s], g.lse2, {b, h, qt}, qo_full[s]);
-                tma::load_async(delta_s[s], g.delta, {b, h, qt}, qo_full[s]);
+            for (int u = 0, base = 0; u < n_units; u++) {  // base: the ring's iteration count
+                const bwd_unit un = unit(u);
+                if (u > 0) wait(kv_free, (u - 1) & 1);  // both consumers stored dK, dV
+                tma::expect_bytes(kv_full, 2 * BWD_CONSUMERS * sizeof(kv_tile));
+                for (int c = 0; c < BWD_CONSUMERS; c++) {
+                    load_seq_tile(k_s[c], g.k, b, un.kvb * BWD_CONSUMERS + c, hkv, kv_full);
+                    load_seq_tile(v_s[c], g.v, b, un.kvb * BWD_CONSUMERS + c, hkv, kv_full);
+                }
+                for (int j = 0; j < un.iters(heads); j++) {
+                    const int it = base + j, s = it % BWD_STAGES;
+                    const auto [h, qt] = tile_of(un, j);
+                    if (it >= BWD_STAGES) wait(qo_free[s], ((it / BWD_STAGES) - 1) & 1);
+                    tma::expect_bytes(qo_full[s], 2 * sizeof(q_tile) + 2 * sizeof(vec));
+                    load_seq_tile(q_s[s], g.q, b, qt, h, qo_full[s]);
+                    load_seq_tile(do_s[s], g.dout, b, qt, h, qo_full[s]);
+                    tma::load_async(lse_s[s], g.lse2, {b, h, qt}, qo_full[s]);
+                    tma::load_async(delta_s[s], g.delta, {b, h, qt}, qo_full[s]);
+                }
+                base += un.iters(heads);
             }
         }
         // Deterministic mode: producer warp 1 + c adds consumer c's staged dQ blocks in turn, so
@@ -331,8 +387,10 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         const int c = warpgroup::warpid() - 1;
         if (DET && c >= 0 && c < BWD_CONSUMERS && (C::SPLIT_DQ || c == 0) && laneid() == 0) {
             const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[c]));
-            for (int it = 0; it < iters; it++) {
-                const auto [h, qt] = tile_of(it);
+            const bwd_unit un = unit(0);  // deterministic mode: one unit per CTA
+            const int kvb = un.kvb;
+            for (int it = 0; it < un.iters(heads); it++) {
+                const auto [h, qt] = tile_of(un, it);
                 const size_t blk = dq_block<D>(b, h, qt, C::SPLIT_DQ ? c : 0, g.hq, n_qt);
                 int* const lock = g.locks + 1 + blk / C::DQ_BLOCK;
                 wait(dq_staged[c], it & 1);
@@ -350,14 +408,6 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
 
     warpgroup::increase_registers<240>();
     const float scale = rsqrtf((float)D), sl2 = scale * LOG2E;
-    const int kv0 = kvb * BWD_KV_BLOCK + wg * BWD_KV;  // first key of this consumer
-    const int krow0 = kv0 + warpgroup::warpid() * 16;  // first key of this warp
-    const bool kv_tail = kv0 + BWD_KV > g.skv;
-
-    rt_fl<16, D> dk, dv;
-    warp::zero(dk);
-    warp::zero(dv);
-    wait(kv_full, 0);
 
     // dQ of iteration `it` needs both consumers' halves of dS^T. It is issued one iteration later,
     // so the consumers hand dS^T over through mbarriers (ds_full / ds_free, double buffered) and
@@ -374,8 +424,8 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     };
     // Once dq's wgmmas retired: free the dS^T buffer, add dq into its accumulator block (in
     // deterministic mode, hand it to this consumer's writer warp).
-    auto dq_add = [&](int it, const dq_rt& dq) {
-        const auto [h, qt] = tile_of(it);
+    auto dq_add = [&](int it, int2 tile, const dq_rt& dq) {
+        const auto [h, qt] = tile;
         const int t = warpgroup::laneid();  // 0..127
         warp::arrive(ds_free[it % 2]);
         const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[wg]));
@@ -405,125 +455,149 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     // The dQ step of iteration `it`: its wgmmas go first, then `after` issues this consumer's
     // remaining wgmmas (PENDING groups: dV, dK of the next iteration, or none after the loop); once
     // dQ's retired, dQ is staged and added while those run.
-    auto dq_step = [&](int it, auto&& after, auto pending) {
+    auto dq_step = [&](int it, int2 tile, auto&& after, auto pending) {
         wait(ds_full[it % 2], (it / 2) & 1);
         if (has_dq) {
             dq_rt dq;
             dq_mma(it, dq);
             after();
             warpgroup::mma_async_wait<decltype(pending)::value>();
-            dq_add(it, dq);
+            dq_add(it, tile, dq);
         } else {
             warp::arrive(ds_free[it % 2]);
             after();
         }
     };
 
-    for (int it = 0; it < iters; it++) {
-        const int s = it % BWD_STAGES, buf = it % 2;
-        const int qt = tile_of(it).y;
-        const int q0 = qt * BWD_Q;
-        wait(qo_full[s], (it / BWD_STAGES) & 1);
+    rt_fl<16, D> dk, dv;
+    for (int u = 0, base = 0; u < n_units; u++) {  // base: the ring's iteration count
+        const bwd_unit un = unit(u);
+        const int kv0 = un.kvb * BWD_KV_BLOCK + wg * BWD_KV;  // first key of this consumer
+        const int krow0 = kv0 + warpgroup::warpid() * 16;     // first key of this warp
+        const bool kv_tail = kv0 + BWD_KV > g.skv;
+        warp::zero(dk);
+        warp::zero(dv);
+        wait(kv_full, u & 1);
 
-        rt_fl<16, BWD_Q> st, dpt;  // S^T and dP^T: this warp's 16 keys x 64 queries
-        warpgroup::mm_ABt(st, k_s[wg], q_s[s]);
-        warpgroup::mm_ABt(dpt, v_s[wg], do_s[s]);
-        typename rt_fl<16, BWD_Q>::row_vec lse2, delta;  // per query (column)
-        load_cols(lse2, lse_s[s]);
-        load_cols(delta, delta_s[s]);
-        warpgroup::mma_async_wait();
+        for (int ui = 0; ui < un.iters(heads); ui++) {
+            const int it = base + ui, s = it % BWD_STAGES, buf = it % 2;
+            const int q0 = tile_of(un, ui).y * BWD_Q;
+            wait(qo_full[s], (it / BWD_STAGES) & 1);
 
-        // P^T = exp2(S^T * scale * log2e - lse2): padded queries have lse2 = +inf -> 0.
-#pragma unroll
-        for (int j = 0; j < BWD_Q / 16; j++) {  // one FFMA per element (mul + sub_col took two)
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2& v = st.tiles[0][j].data[k];
-                const float2 l = lse2.data[j][k / 2];
-                v.x = fmaf(v.x, sl2, -l.x);
-                v.y = fmaf(v.y, sl2, -l.y);
-            }
-        }
-        if ((CAUSAL && q0 < krow0 + 15) || kv_tail) {
-            // Transposed mask: row = key, column = query; hide key > query and keys past Skv.
-#pragma unroll
-            for (int j = 0; j < BWD_Q / 16; j++) {
-#pragma unroll
+            rt_fl<16, BWD_Q> st, dpt;  // S^T and dP^T: this warp's 16 keys x 64 queries
+            warpgroup::mm_ABt(st, k_s[wg], q_s[s]);
+            warpgroup::mm_ABt(dpt, v_s[wg], do_s[s]);
+            typename rt_fl<16, BWD_Q>::row_vec lse2, delta;  // per query (column)
+            load_cols(lse2, lse_s[s]);
+            load_cols(delta, delta_s[s]);
+            warpgroup::mma_async_wait();
+
+            // P^T = exp2(S^T * scale * log2e - lse2): padded queries have lse2 = +inf -> 0.
+    #pragma unroll
+            for (int j = 0; j < BWD_Q / 16; j++) {  // one FFMA per element (mul + sub_col took two)
+    #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const int key = krow0 + frag_row(k), qry = q0 + j * 16 + frag_col(k);
                     float2& v = st.tiles[0][j].data[k];
-                    if ((CAUSAL && key > qry) || key >= g.skv) v.x = NEG_INF;
-                    if ((CAUSAL && key > qry + 1) || key >= g.skv) v.y = NEG_INF;
+                    const float2 l = lse2.data[j][k / 2];
+                    v.x = fmaf(v.x, sl2, -l.x);
+                    v.y = fmaf(v.y, sl2, -l.y);
                 }
             }
-        }
-        warp::exp2(st, st);
-        warp::sub_col(dpt, dpt, delta);
-        warp::mul(dpt, dpt, st);  // dS^T = P^T * (dP^T - delta)
-        rt_bf<16, BWD_Q> p_bf, ds_bf;
-        warp::copy(p_bf, st);
-        warp::copy(ds_bf, dpt);
-        auto dv_dk = [&] {
-            warpgroup::mma_AB(dv, p_bf, do_s[s]);  // dV += P^T dO
-            warpgroup::mma_AB(dk, ds_bf, q_s[s]);  // dK += dS^T Q
-        };
+            if ((CAUSAL && q0 < krow0 + 15) || kv_tail) {
+                // Transposed mask: row = key, column = query; hide key > query and keys past Skv.
+    #pragma unroll
+                for (int j = 0; j < BWD_Q / 16; j++) {
+    #pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const int key = krow0 + frag_row(k), qry = q0 + j * 16 + frag_col(k);
+                        float2& v = st.tiles[0][j].data[k];
+                        if ((CAUSAL && key > qry) || key >= g.skv) v.x = NEG_INF;
+                        if ((CAUSAL && key > qry + 1) || key >= g.skv) v.y = NEG_INF;
+                    }
+                }
+            }
+            warp::exp2(st, st);
+            warp::sub_col(dpt, dpt, delta);
+            warp::mul(dpt, dpt, st);  // dS^T = P^T * (dP^T - delta)
+            rt_bf<16, BWD_Q> p_bf, ds_bf;
+            warp::copy(p_bf, st);
+            warp::copy(ds_bf, dpt);
+            auto dv_dk = [&] {
+                warpgroup::mma_AB(dv, p_bf, do_s[s]);  // dV += P^T dO
+                warpgroup::mma_AB(dk, ds_bf, q_s[s]);  // dK += dS^T Q
+            };
 
-        // dS^T into its buffer once both consumers' dQ wgmmas of iteration it - 2 read it.
-        if (it >= 2) wait(ds_free[buf], ((it - 2) / 2) & 1);
-        warpgroup::store(ds_s[buf][wg], ds_bf);
-        detail::fence_async_shared();
-        __syncwarp();  // the whole warp's stores and fences before lane 0's (release) arrival
-        warp::arrive(ds_full[buf]);
-        // The previous iteration's dQ, staged while this iteration's dV and dK wgmmas run
-        // (registers: dQ, P^T, dS^T, dK, dV).
-        if (it >= 1) dq_step(it - 1, dv_dk, std::integral_constant<int, 2>{});
-        else dv_dk();
-        warpgroup::mma_async_wait();
-        warp::arrive(qo_free[s]);  // this warp no longer reads Q, dO, lse2, delta of the stage
-    }
-    if (iters > 0) dq_step(iters - 1, [] {}, std::integral_constant<int, 0>{});
-    // Deterministic mode: the staging block (reused for dK / dV below) once the last dQ was read.
-    if (DET && has_dq && iters > 0) wait(dq_read[wg], (iters - 1) & 1);
-
-    // dK = scale * sum dS^T Q. Once neither consumer's dQ wgmmas read K any more (each waited
-    // for its own before this barrier), dK and dV leave as bf16 through the K and V tiles, or,
-    // when several CTAs share the key block, are added in fp32 through the dQ staging tile.
-    asm volatile("bar.sync %0, %1;\n" ::"n"(BAR_DS), "n"(BWD_CONSUMERS * 128));
-    warp::mul(dk, dk, scale);
-    const int kt = kvb * BWD_CONSUMERS + wg;  // this consumer's 64-key tile
-    if (g.split == 1) {
-        warpgroup::store(k_s[wg], dk);
-        warpgroup::store(v_s[wg], dv);
-        detail::fence_async_shared();
-        warpgroup::sync(wg + 1);
-        if (warpgroup::laneid() == 0) {
-            store_seq_tile(g.dk, k_s[wg], b, kt, hkv);
-            store_seq_tile(g.dv, v_s[wg], b, kt, hkv);
+            // dS^T into its buffer once both consumers' dQ wgmmas of iteration it - 2 read it.
+            if (it >= 2) wait(ds_free[buf], ((it - 2) / 2) & 1);
+            warpgroup::store(ds_s[buf][wg], ds_bf);
+            detail::fence_async_shared();
+            __syncwarp();  // the whole warp's stores and fences before lane 0's (release) arrival
+            warp::arrive(ds_full[buf]);
+            // The previous iteration's dQ, staged while this iteration's dV and dK wgmmas run
+            // (registers: dQ, P^T, dS^T, dK, dV).
+            if (ui >= 1) {
+                dq_step(it - 1, tile_of(un, ui - 1), dv_dk, std::integral_constant<int, 2>{});
+            } else {
+                dv_dk();
+            }
+            warpgroup::mma_async_wait();
+            warp::arrive(qo_free[s]);  // this warp no longer reads Q, dO, lse2, delta of the stage
         }
-    } else {
-        constexpr int PARTS = D / C::DQ_COLS;  // column slices of the staging tile's width
-        // Deterministic mode: this split part's own slice, (split * B, Skv, Hkv, D).
-        const int slice_b = DET ? (cta.x % g.split) * gridDim.y + b : b;
-#pragma unroll
-        for (int t = 0; t < 2 * PARTS; t++) {
-            rt_fl<16, D>& src = t < PARTS ? dk : dv;
-            auto& part = *reinterpret_cast<rt_fl<16, C::DQ_COLS>*>(
-                &src.tiles[0][(t % PARTS) * C::DQ_COLS / 16]);
-            if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
-            warpgroup::sync(wg + 1);
-            warpgroup::store(dq_s[wg], part);
+        const int iters = un.iters(heads), last = base + iters - 1;
+        if (iters > 0) {
+            dq_step(last, tile_of(un, iters - 1), [] {}, std::integral_constant<int, 0>{});
+        }
+        // Deterministic mode: the staging block (reused for dK / dV below) once the last dQ was
+        // read.
+        if (DET && has_dq && iters > 0) wait(dq_read[wg], last & 1);
+
+        // dK = scale * sum dS^T Q. Once neither consumer's dQ wgmmas read K any more (each waited
+        // for its own before this barrier), dK and dV leave as bf16 through the K and V tiles, or,
+        // when several CTAs share the key block, are added in fp32 through the dQ staging tile.
+        asm volatile("bar.sync %0, %1;\n" ::"n"(BAR_DS), "n"(BWD_CONSUMERS * 128));
+        warp::mul(dk, dk, scale);
+        const int kt = un.kvb * BWD_CONSUMERS + wg;  // this consumer's 64-key tile
+        if (g.split == 1) {
+            warpgroup::store(k_s[wg], dk);
+            warpgroup::store(v_s[wg], dv);
             detail::fence_async_shared();
             warpgroup::sync(wg + 1);
             if (warpgroup::laneid() == 0) {
-                const auto& acc = t < PARTS ? g.dk_acc : g.dv_acc;
-                const auto at = coord<dq_tile>(slice_b, kt, hkv, t % PARTS);
-                using namespace tma;
-                if constexpr (DET) store_async<dim::DEPTH, cache_policy::NORMAL>(acc, dq_s[wg], at);
-                else store_add_async<dim::DEPTH, cache_policy::NORMAL>(acc, dq_s[wg], at);
+                store_seq_tile(g.dk, k_s[wg], b, kt, hkv);
+                store_seq_tile(g.dv, v_s[wg], b, kt, hkv);
+            }
+        } else {
+            constexpr int PARTS = D / C::DQ_COLS;  // column slices of the staging tile's width
+            // Deterministic mode: this split part's own slice, (split * B, Skv, Hkv, D).
+            const int slice_b = DET ? (cta.x % g.split) * gridDim.y + b : b;
+    #pragma unroll
+            for (int t = 0; t < 2 * PARTS; t++) {
+                rt_fl<16, D>& src = t < PARTS ? dk : dv;
+                auto& part = *reinterpret_cast<rt_fl<16, C::DQ_COLS>*>(
+                    &src.tiles[0][(t % PARTS) * C::DQ_COLS / 16]);
+                if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
+                warpgroup::sync(wg + 1);
+                warpgroup::store(dq_s[wg], part);
+                detail::fence_async_shared();
+                warpgroup::sync(wg + 1);
+                if (warpgroup::laneid() == 0) {
+                    const auto& acc = t < PARTS ? g.dk_acc : g.dv_acc;
+                    const auto at = coord<dq_tile>(slice_b, kt, hkv, t % PARTS);
+                    using namespace tma;
+                    if constexpr (DET) {
+                        store_async<dim::DEPTH, cache_policy::NORMAL>(acc, dq_s[wg], at);
+                    } else {
+                        store_add_async<dim::DEPTH, cache_policy::NORMAL>(acc, dq_s[wg], at);
+                    }
+                }
             }
         }
+        if (warpgroup::laneid() == 0) {
+            tma::store_async_read_wait<0>();
+            if (u + 1 < n_units) arrive(kv_free);  // K, V, staging tile free for the next unit
+        }
+        base += iters;
     }
-    if (warpgroup::laneid() == 0) tma::store_async_read_wait<0>();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -636,7 +710,7 @@ void run_bwd(const void* dout, const void* q, const void* k, const void* v, cons
                      typename C::vec_gl{lse2, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
                      typename C::vec_gl{delta, nullptr, (size_t)b, (size_t)hq, (size_t)sp},
                      dq_acc, locks, sq, skv, hq, hq / hkv, split};
-    dim3 grid(hkv * split, b, (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK);
+    dim3 grid(hkv * split, b, bwd_grid_z(skv, bwd_paired(causal, locks != nullptr, split)));
     auto launch = [&](auto kernel) {
         detail::set_smem(kernel, C::SMEM);
         kernel<<<grid, BWD_THREADS, C::SMEM, stream>>>(g);

@@ -47,6 +47,7 @@ CASES = [  # b, sq, skv, hq, hkv, d, causal
     pytest.param(2, 1000, 1000, 8, 1, 128, True, id="S1000-gqa8"),
     pytest.param(1, 4096, 4096, 16, 2, 128, True, id="S4096-gqa8"),
     pytest.param(1, 8192, 8192, 16, 2, 128, True, id="S8192-gqa8"),
+    pytest.param(1, 1400, 1400, 8, 2, 128, True, id="S1400-gqa4-odd-key-blocks"),
     pytest.param(1, 1000, 1000, 8, 2, 64, True, id="S1000-d64"),
     pytest.param(1, 777, 1000, 8, 2, 128, False, id="full-sq777-skv1000"),
     pytest.param(2, 2048, 2048, 8, 8, 128, False, id="full-mha"),
