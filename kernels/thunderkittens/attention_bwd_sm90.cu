@@ -148,20 +148,20 @@ inline int kv_split(int b, int hq, int hkv, int skv, int sms) {
 
 // The work of a CTA: one or two units, each a key block of its KV head with every query tile the
 // block sees. Causal attention (default mode, split 1) pairs key blocks p and n_kvb - 1 - p in the
-// CTA at grid z = p, so every CTA has the same number of iterations (n_qt + 2 query tiles per
-// head when n_qt = 2 n_kvb) and the CTAs of a wave stay in step. The first unit walks its query
-// tiles from the last one down, the second from its diagonal up, the heads inside: at step t of
-// the walk every first unit is at query tile n_qt - 1 - t and every second unit at t - 2, whatever
-// p. So the CTAs that add into a dQ block and read its Q and dO tiles do so within a few
-// iterations of each other, and all but the first hit in L2. With one key block per CTA (heads
-// outside, query tiles from the diagonal up) CTAs of different lengths drifted apart: at the
-// anchor shape 10 GB of DRAM traffic instead of 2, 62% L2 hits instead of 91%, and under the
-// power limit the backward was 9-13% slower (docs/benchmarks.md 4i). Each paired CTA starts at
-// its own head (rot), spreading the reduce-adds of the CTAs at one query tile over the group's dQ
-// blocks. Full attention (its CTAs all have the same length already) and split > 1 keep one key
-// block per CTA, heads outside: pairing them showed no gain beyond the spread of repeated runs.
-// Deterministic mode: one key block per CTA, from the last query tile down, heads inside, rot 0
-// (lock_count).
+// CTA at grid z = p, so every CTA has the same number of iterations (n_qt + 2 query tiles per head
+// when n_qt = 2 n_kvb) and the CTAs of a wave stay in step. The first unit walks its query tiles
+// from the last one down, the second from its diagonal up, the heads inside: at step t of the walk
+// every first unit is at query tile n_qt - 1 - t and every second unit at t - 2 (n_qt = 2 n_kvb),
+// whatever p. So the CTAs that add into a dQ block and read its Q and dO tiles do so within a few
+// iterations of each other, mostly hitting in L2. With one key block per CTA (heads outside, query
+// tiles from the diagonal up) CTAs of different lengths drifted apart: at the anchor shape 10 GB of
+// DRAM traffic instead of 2, 62% L2 hits instead of 91%, the main kernel 4.81 ms instead of 4.45,
+// and at the 700 W power limit forward+backward 490 TFLOP/s instead of 530 (docs/benchmarks.md 4i).
+// Each paired CTA starts at its own head (rot), spreading the reduce-adds of the CTAs at one query
+// tile over the group's dQ blocks. Full attention (its CTAs all have the same length already) and
+// split > 1 keep one key block per CTA, heads outside: pairing them showed no gain beyond the
+// spread of repeated runs. Deterministic mode: one key block per CTA, from the last query tile
+// down, heads inside, rot 0 (lock_count).
 struct bwd_unit {
     int kvb, qt_first, per_head, rot;
     bool desc;         // query tiles from the last one down
