@@ -9,7 +9,8 @@ FLOPs: forward = 4 B Hq S^2 D / 2 (the causal half), forward+backward = 3.5 x fo
 FP8 GEMM (e4m3, bf16 out), rowwise and tensorwise scales: TK vs torch._scaled_mm with the same
 scales (use_fast_accum=True, the same accumulation as TK's; and False), TFLOP/s = 2 M N K / time.
 Times are medians of triton.testing.do_bench, then the median over --rounds rounds (each
-round rotates the order of the implementations; the TFLOP/s of every round are listed too); each
+round rotates the order of the implementations, --cooldown idles the GPU before each
+measurement; the TFLOP/s of every round are listed too); each
 row also gives the max abs difference of the outputs against the baseline named in the row (cuDNN
 SDPA, or _scaled_mm with promotion and the same scales).
 """
@@ -20,6 +21,7 @@ import argparse
 import platform
 import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -62,14 +64,17 @@ def round_orders(names: list[str], rounds: int) -> list[list[str]]:
     return [names[r % len(names):] + names[:r % len(names)] for r in range(rounds)] if names else []
 
 
-def _rounds(measures: dict, rounds: int, failed: dict) -> dict[str, list]:
-    """{name: [measures[name]() of every round]} over `rounds` rotated rounds; a name whose
-    measurement raises goes to `failed` with the first line of the error."""
+def _rounds(measures: dict, rounds: int, failed: dict, cooldown: float = 0.0) -> dict[str, list]:
+    """{name: [measures[name]() of every round]} over `rounds` rotated rounds, the GPU left idle
+    for `cooldown` seconds before each measurement; a name whose measurement raises goes to
+    `failed` with the first line of the error."""
     results = {name: [] for name in measures}
     for order in round_orders([n for n in measures if n not in failed], rounds):
         for name in order:
             if name in failed:
                 continue
+            if cooldown > 0:
+                time.sleep(cooldown)
             try:
                 results[name].append(measures[name]())
             except (RuntimeError, ValueError) as e:  # a backend that cannot run here: say why
@@ -93,7 +98,8 @@ def _attention_impls() -> dict:
     }
 
 
-def attention_rows(name: str, shape: tuple, rounds: int = 1, device: str = "cuda") -> list[str]:
+def attention_rows(name: str, shape: tuple, rounds: int = 1, device: str = "cuda",
+                   cooldown: float = 0.0) -> list[str]:
     """Markdown rows (shape, implementation, fwd ms, fwd TFLOP/s, fwd+bwd ms, TFLOP/s, fwd+bwd
     TFLOP/s by round, diff); ms are medians over the rounds."""
     b, hq, hkv, s, d = shape
@@ -119,7 +125,7 @@ def attention_rows(name: str, shape: tuple, rounds: int = 1, device: str = "cuda
             return fwd, _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
 
         measures[impl] = measure
-    pairs = _rounds(measures, rounds, failed)  # (fwd ms, fwd+bwd ms) per round
+    pairs = _rounds(measures, rounds, failed, cooldown)  # (fwd ms, fwd+bwd ms) per round
     rows = []
     for impl in impls:
         if impl in failed:
@@ -146,7 +152,7 @@ def _quantized(x: torch.Tensor, w: torch.Tensor, scaling: str) -> tuple:
 
 
 def gemm_rows(name: str, m: int, n: int, k: int, rounds: int = 1,
-              device: str = "cuda") -> list[str]:
+              device: str = "cuda", cooldown: float = 0.0) -> list[str]:
     """Markdown rows (shape, implementation, ms, TFLOP/s, TFLOP/s by round, max abs diff vs
     _scaled_mm promoted), rowwise then tensorwise scales; each scaling's rows are compared with its
     own promoted result; ms are medians over the rounds."""
@@ -176,7 +182,7 @@ def gemm_rows(name: str, m: int, n: int, k: int, rounds: int = 1,
             except (RuntimeError, ValueError) as e:
                 failed[impl] = str(e).splitlines()[0][:80]
         times = _rounds({impl: (lambda fn=fn: _time(fn)) for impl, fn in fns.items()}, rounds,
-                        failed)
+                        failed, cooldown)
         for impl in fns:
             label = f"{name} | {impl} {scaling}"
             if impl in failed:
@@ -198,9 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds per shape, the implementations' order rotated each round; the "
                         "tables give medians and every round's TFLOP/s (default 3)")
+    p.add_argument("--cooldown", type=float, default=0.0,
+                   help="seconds the GPU stays idle before each measurement, so that one "
+                        "implementation's heat and clock state carry less into the next "
+                        "(default 0)")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.cooldown < 0:
+        p.error(f"--cooldown must be >= 0 seconds, got {args.cooldown}")
     attn = [s for s in args.attention.split(",") if s]
     gemm = [s for s in args.gemm.split(",") if s]
     bad = [s for s in attn if s not in ATTN_SHAPES] + [s for s in gemm if s not in GEMM_SHAPES]
@@ -220,14 +232,16 @@ def main(argv: list[str] | None = None) -> int:
                 "| fwd+bwd TFLOP/s by round | max abs diff vs cuDNN (fwd) |",
                 "|---|---|---|---|---|---|---|---|"]
         for name in attn:
-            rows += attention_rows(name, ATTN_SHAPES[name], args.rounds)
+            rows += attention_rows(name, ATTN_SHAPES[name], args.rounds,
+                                   cooldown=args.cooldown)
         print("\n".join(rows) + "\n")
     if gemm:
         rows = ["| GEMM (M, N, K) | implementation | ms | TFLOP/s | TFLOP/s by round "
                 "| max abs diff vs promoted |", "|---|---|---|---|---|---|"]
         for name in gemm:
             m, n, k = GEMM_SHAPES[name]
-            rows += gemm_rows(f"{name} ({m}, {n}, {k})", m, n, k, args.rounds)
+            rows += gemm_rows(f"{name} ({m}, {n}, {k})", m, n, k, args.rounds,
+                              cooldown=args.cooldown)
         print("\n".join(rows))
     return 0
 

@@ -38,6 +38,24 @@ def test_a_failing_measurement_is_dropped_with_its_reason():
     assert got["a"] == [2.0, 2.0, 2.0] and len(got["b"]) == 1
 
 
+def test_cooldown_idles_before_every_measurement(monkeypatch):
+    events = []
+    monkeypatch.setattr(bench.time, "sleep", lambda s: events.append(("idle", s)))
+    measures = {n: (lambda n=n: events.append(("measure", n)) or 1.0) for n in ("a", "b")}
+    bench._rounds(measures, 2, {}, cooldown=1.5)
+    assert events == [("idle", 1.5), ("measure", "a"), ("idle", 1.5), ("measure", "b"),
+                      ("idle", 1.5), ("measure", "b"), ("idle", 1.5), ("measure", "a")]
+    events.clear()
+    bench._rounds(measures, 1, {})  # default: no idling
+    assert events == [("measure", "a"), ("measure", "b")]
+
+
+def test_negative_cooldown_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--cooldown", "-1"])
+    assert "--cooldown must be >= 0" in capsys.readouterr().err
+
+
 def _sdpa(q, k, v):
     out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                          is_causal=True, enable_gqa=True)
