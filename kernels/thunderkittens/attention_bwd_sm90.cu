@@ -165,7 +165,7 @@ inline int kv_split(int b, int hq, int hkv, int skv, int sms) {
 struct bwd_unit {
     int kvb, qt_first, per_head, rot;
     bool desc;         // query tiles from the last one down
-    bool heads_inner;  // else every query tile of a head before the next head
+    bool heads_inner;  // else each head's query tiles (from the diagonal up) before the next head
 
     __device__ int iters(int heads) const { return heads * per_head; }
 

@@ -8,11 +8,11 @@ Attention (bf16, causal, head dim 128): TK vs SDPA's cuDNN backend and our Trito
 FLOPs: forward = 4 B Hq S^2 D / 2 (the causal half), forward+backward = 3.5 x forward.
 FP8 GEMM (e4m3, bf16 out), rowwise and tensorwise scales: TK vs torch._scaled_mm with the same
 scales (use_fast_accum=True, the same accumulation as TK's; and False), TFLOP/s = 2 M N K / time.
-Times are medians of triton.testing.do_bench, then the median over --rounds rounds (each
-round rotates the order of the implementations, --cooldown idles the GPU before each
-measurement; the TFLOP/s of every round are listed too); each
-row also gives the max abs difference of the outputs against the baseline named in the row (cuDNN
-SDPA, or _scaled_mm with promotion and the same scales).
+Times are medians of triton.testing.do_bench, then the median over --rounds rounds (each round
+rotates the order of the implementations, --cooldown idles the GPU before each measurement; the
+TFLOP/s of every round are listed too); each row also gives the max abs difference of the outputs
+against the baseline named in the row (cuDNN SDPA, or _scaled_mm with promotion and the same
+scales).
 """
 
 from __future__ import annotations
