@@ -493,9 +493,9 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             warpgroup::mma_async_wait();
 
             // P^T = exp2(S^T * scale * log2e - lse2): padded queries have lse2 = +inf -> 0.
-    #pragma unroll
+#pragma unroll
             for (int j = 0; j < BWD_Q / 16; j++) {  // one FFMA per element (mul + sub_col took two)
-    #pragma unroll
+#pragma unroll
                 for (int k = 0; k < 4; k++) {
                     float2& v = st.tiles[0][j].data[k];
                     const float2 l = lse2.data[j][k / 2];
@@ -505,9 +505,9 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             }
             if ((CAUSAL && q0 < krow0 + 15) || kv_tail) {
                 // Transposed mask: row = key, column = query; hide key > query and keys past Skv.
-    #pragma unroll
+#pragma unroll
                 for (int j = 0; j < BWD_Q / 16; j++) {
-    #pragma unroll
+#pragma unroll
                     for (int k = 0; k < 4; k++) {
                         const int key = krow0 + frag_row(k), qry = q0 + j * 16 + frag_col(k);
                         float2& v = st.tiles[0][j].data[k];
@@ -570,7 +570,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             constexpr int PARTS = D / C::DQ_COLS;  // column slices of the staging tile's width
             // Deterministic mode: this split part's own slice, (split * B, Skv, Hkv, D).
             const int slice_b = DET ? (cta.x % g.split) * gridDim.y + b : b;
-    #pragma unroll
+#pragma unroll
             for (int t = 0; t < 2 * PARTS; t++) {
                 rt_fl<16, D>& src = t < PARTS ? dk : dv;
                 auto& part = *reinterpret_cast<rt_fl<16, C::DQ_COLS>*>(
