@@ -56,6 +56,9 @@ constexpr int BWD_KV_BLOCK = BWD_CONSUMERS * BWD_KV;
 constexpr int BAR_DS = 3;    // named barrier of both consumers (ids 1, 2: one warpgroup each)
 
 inline int padded_len(int sq) { return (sq + BWD_Q - 1) / BWD_Q * BWD_Q; }
+__host__ __device__ inline int key_blocks(int skv) {
+    return (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK;
+}
 
 template <int D>
 struct bwd_cfg {
@@ -137,7 +140,7 @@ __device__ inline void pass_turn(int* lock) {
 // into accumulators with TMA reduce-adds. split divides G and stops at two CTAs per SM.
 inline int kv_split(int b, int hq, int hkv, int skv, int sms) {
     const int g = hq / hkv;
-    const long ctas = (long)b * hkv * ((skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK);
+    const long ctas = (long)b * hkv * key_blocks(skv);
     int split = 1;
     while (ctas * split < 2L * sms && split < g) {
         split++;
@@ -184,14 +187,14 @@ __host__ __device__ inline bool bwd_paired(bool causal, bool det, int split) {
 
 // Grid z: key blocks, or pairs of them.
 inline int bwd_grid_z(int skv, bool paired) {
-    const int n_kvb = (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK;
+    const int n_kvb = key_blocks(skv);
     return paired ? (n_kvb + 1) / 2 : n_kvb;
 }
 
 // Unit u of the CTA at grid z.
 template <bool CAUSAL, bool DET>
 __device__ inline bwd_unit make_unit(int z, int u, bool paired, int skv, int n_qt, int heads) {
-    const int n_kvb = (skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK;
+    const int n_kvb = key_blocks(skv);
     const int kvb = u == 0 ? z : n_kvb - 1 - z;
     const int qt_first = CAUSAL ? kvb * BWD_KV_BLOCK / BWD_Q : 0;  // Sq == Skv when causal
     return {kvb, qt_first, n_qt - qt_first, paired ? z % heads : 0, DET || u == 0, DET || paired};
@@ -352,7 +355,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     const int wg = detail::warpgroup_index();
     const int n_qt = (g.sq + BWD_Q - 1) / BWD_Q;
     const bool paired = bwd_paired(CAUSAL, DET, g.split);
-    const int n_kvb = (g.skv + BWD_KV_BLOCK - 1) / BWD_KV_BLOCK;
+    const int n_kvb = key_blocks(g.skv);
     const int n_units = paired && n_kvb - 1 - cta.z > cta.z ? 2 : 1;
     auto unit = [&](int u) { return make_unit<CAUSAL, DET>(cta.z, u, paired, g.skv, n_qt, heads); };
     auto tile_of = [&](const bwd_unit& un, int j) { return un.tile(j, h0, heads, n_qt); };
