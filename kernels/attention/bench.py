@@ -1,4 +1,5 @@
-"""`python -m kernels.bench attention`: Triton attention vs SDPA's cuDNN and flash backends.
+"""`python -m kernels.bench attention`: Triton and ThunderKittens attention vs SDPA's cuDNN and
+flash backends.
 
 Shapes (bf16, causal, batch 1, seq 8192, head dim 128):
   anchor   Hq 64 / Hkv 8 (ANCHORS.md section 2; also Llama-3 70B without TP)
@@ -10,6 +11,11 @@ documents), forward+backward = 3.5 x forward. Times are the median of triton.tes
 Triton rows: the defaults (autotuned) and alternative triton_launch.SETTINGS (TRITON_VARIANTS,
 autotuned). `--sweep` first runs kernels/attention/bench_sweep.py (each variant and tile, kernel by
 kernel); the alternative rows are then the fastest combination per dQ mode, its tiles pinned.
+ThunderKittens row: when THUNDERKITTENS_ROOT points at a ThunderKittens clone and the extension
+builds (kernels/thunderkittens/build.py), except for "docs" (the TK kernels take no document
+masks); otherwise one line says why it is absent. `--cooldown S` leaves the GPU idle S seconds
+before each row's measurement: the kernels run at the H200's 700 W limit, and one row's heat and
+clock state otherwise carries into the next (docs/benchmarks.md sections 4i, 4j).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+from kernels.thunderkittens.build import unavailable_reason
 
 SHAPES = {  # name -> (B, Hq, Hkv, S, D, document length or 0)
     "anchor": (1, 64, 8, 8192, 128, 0),
@@ -65,8 +73,10 @@ def _time(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
 
 
-def _measure(fn, q, k, v, do) -> tuple[float, float]:
-    """(forward ms, forward+backward ms)."""
+def _measure(fn, q, k, v, do, cooldown: float = 0.0) -> tuple[float, float]:
+    """(forward ms, forward+backward ms), after `cooldown` seconds of idle GPU."""
+    if cooldown > 0:
+        time.sleep(cooldown)
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     with torch.no_grad():
         fwd = _time(lambda: fn(q, k, v))
@@ -83,8 +93,8 @@ TRITON_VARIANTS = {
 }
 
 
-def _implementations(doc_len: int, doc_ids, mask, variants: dict[str, dict]):
-    """label -> (fn(q, k, v), triton_launch.SETTINGS fields, or None for an SDPA row)."""
+def _implementations(doc_len: int, doc_ids, mask, variants: dict[str, dict], with_tk: bool = False):
+    """label -> (fn(q, k, v), triton_launch.SETTINGS fields, or None for an SDPA or TK row)."""
     from torch.nn.attention import SDPBackend
 
     from kernels.attention import attention
@@ -105,13 +115,17 @@ def _implementations(doc_len: int, doc_ids, mask, variants: dict[str, dict]):
         native, expanded = _sdpa(backend, expand=False), _sdpa(backend, expand=True)
         impls[name] = (lambda q, k, v, f=native: f(q, k, v, None), None)
         impls[name + " (K/V expanded)"] = (lambda q, k, v, f=expanded: f(q, k, v, None), None)
+    if with_tk:
+        impls["thunderkittens"] = (
+            lambda q, k, v: attention(q, k, v, causal=True, backend="thunderkittens"), None)
     return impls
 
 
 def _bench_shape(name: str, rows: list[str], shape: tuple, device: str = "cuda",
                  dtype: torch.dtype = torch.bfloat16, variants: dict[str, dict] | None = None,
-                 out=None) -> None:
-    """Append the table rows of one shape to `rows`; out(row) also prints each as it completes."""
+                 out=None, with_tk: bool = False, cooldown: float = 0.0) -> None:
+    """Append the table rows of one shape to `rows`; out(row) also prints each as it completes.
+    with_tk adds the ThunderKittens row; cooldown: idle seconds before each row's timing."""
     from kernels.attention import attention, triton_launch
 
     variants = TRITON_VARIANTS if variants is None else variants
@@ -127,14 +141,14 @@ def _bench_shape(name: str, rows: list[str], shape: tuple, device: str = "cuda",
     flops = _flops_fwd(b, hq, s, d, doc_len)
     with torch.no_grad():
         ref = attention(q, k, v, causal=True, doc_ids=doc_ids, backend="triton")
-    for impl, (fn, fields) in _implementations(doc_len, doc_ids, mask, variants).items():
+    for impl, (fn, fields) in _implementations(doc_len, doc_ids, mask, variants, with_tk).items():
         try:
             with triton_launch.settings(**(fields or {})):
                 with torch.no_grad():
                     err = (fn(q, k, v).float() - ref.float()).abs().max().item()
-                fwd, both = _measure(fn, q, k, v, do)
-        except RuntimeError as e:  # a backend that cannot run this shape: say why, keep going
-            row = f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:60]} | | | | |"
+                fwd, both = _measure(fn, q, k, v, do, cooldown)
+        except (RuntimeError, ValueError) as e:  # a backend that cannot run this: say why, go on
+            row = f"| {name} | {impl} | n/a: {str(e).splitlines()[0][:120]} | | | | |"
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         else:
@@ -160,7 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                              "fastest combination per dQ mode")
     parser.add_argument("--budget-s", type=float, default=200.0,
                         help="sweep entries that would start after this many seconds are skipped")
+    parser.add_argument("--cooldown", type=float, default=0.0,
+                        help="seconds the GPU stays idle before each row's measurement, so one "
+                             "implementation's heat and clock state do not carry into the next")
     args = parser.parse_args(argv)
+    if args.cooldown < 0:
+        parser.error(f"--cooldown must be >= 0 seconds, got {args.cooldown}")
     shapes = [s for s in args.shapes.split(",") if s]
     bad = [s for s in shapes if s not in SHAPES]
     if bad:
@@ -177,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
            f"triton {triton.__version__}, python {platform.python_version()}")
     _print(f"command: python -m kernels.bench attention {' '.join(argv or sys.argv[2:])}")
     _print(f"defaults: {triton_launch.SETTINGS}")
+    tk_missing = unavailable_reason()
+    if tk_missing:
+        _print(f"ThunderKittens row skipped: {tk_missing}")
     variants = None
     if args.sweep:
         combos = bench_sweep.run(SHAPES["anchor"], SHAPES["70b-tp8"], args.budget_s, out=_print)
@@ -188,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         _print(row)
     for name in shapes:
-        _bench_shape(name, rows, SHAPES[name], variants=variants, out=_print)
+        _bench_shape(name, rows, SHAPES[name], variants=variants, out=_print,
+                     with_tk=not tk_missing, cooldown=args.cooldown)
     _print("\nautotuned configs (BLOCK_M, BLOCK_N, warps, stages) per key:")
     tuned_kernels = [("fwd", triton_fwd.attn_fwd_tuned), ("fwd TMA", triton_fwd.attn_fwd_tma_tuned),
                      ("dkdv", triton_bwd.attn_bwd_dkdv_tuned), ("dq", triton_bwd.attn_bwd_dq_tuned)]

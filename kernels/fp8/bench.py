@@ -32,6 +32,8 @@ import time
 
 import torch
 
+from kernels.thunderkittens.build import unavailable_reason
+
 SHAPES = {
     "square": [("8192^3", 8192, 8192, 8192)],
     "8b": [("8B wq/wo", 8192, 4096, 4096), ("8B wk/wv", 8192, 4096, 1024),
@@ -43,24 +45,6 @@ BASE_COLUMNS = ["bf16 mm", "scaled_mm tw fast", "triton tw fast", "scaled_mm rw 
                 "scaled_mm rw promo", "triton rw promo"]
 TK_COLUMNS = ["tk rw fast", "tk tw fast"]
 TRITON_COLUMNS = [c for c in BASE_COLUMNS if c.startswith("triton")]
-
-
-def thunderkittens_status() -> str | None:
-    """None when the ThunderKittens GEMM can run here (building the extension if needed), else the
-    one-line reason it cannot."""
-    import os
-
-    if not os.environ.get("THUNDERKITTENS_ROOT"):
-        return "THUNDERKITTENS_ROOT is not set"
-    from kernels.thunderkittens import build
-
-    try:
-        build.extension()
-    except build.ThunderKittensUnavailable as e:
-        return str(e).splitlines()[0]
-    except (RuntimeError, OSError, ImportError) as e:  # nvcc or the linker failed: say so, once
-        return f"the extension did not build: {str(e).splitlines()[0][:160]}"
-    return None
 
 
 def _fns(M: int, K: int, N: int, with_tk: bool) -> dict:
@@ -153,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
     timers = ["graph", "events"] if args.timer == "both" else [args.timer]
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
-    tk_missing = thunderkittens_status()
+    tk_missing = unavailable_reason()
     if tk_missing:
         print(f"ThunderKittens columns skipped: {tk_missing}")
     columns = BASE_COLUMNS + ([] if tk_missing else TK_COLUMNS)

@@ -157,6 +157,20 @@ def available() -> bool:
     return True
 
 
+def unavailable_reason() -> str | None:
+    """None when the kernels can run here (building the extension if needed), else the one-line
+    reason they cannot: what benchmarks print when they leave the ThunderKittens rows out."""
+    if not os.environ.get("THUNDERKITTENS_ROOT"):
+        return "THUNDERKITTENS_ROOT is not set"
+    try:
+        extension()
+    except ThunderKittensUnavailable as e:
+        return str(e).splitlines()[0]
+    except (RuntimeError, OSError, ImportError) as e:  # nvcc or the linker failed: say so, once
+        return f"the extension did not build: {str(e).splitlines()[0][:160]}"
+    return None
+
+
 def main() -> int:
     """`python -m kernels.thunderkittens.build`: build (or load) the extension, print where."""
     import time

@@ -88,3 +88,25 @@ def test_cpu_main_says_it_needs_cuda(capsys):
         pytest.skip("has CUDA")
     assert bench.main([]) == 0
     assert "needs CUDA" in capsys.readouterr().out
+
+
+def test_thunderkittens_row_and_cooldown(interpreted_stub_timing, monkeypatch):
+    """With TK available the table gains a "thunderkittens" row (here on CPU, with fp16 inputs, it
+    says why it cannot run instead of stopping the table), none for the document shape (TK takes
+    no document masks), and --cooldown idles before every row's measurement."""
+    sleeps: list[float] = []
+    monkeypatch.setattr(bench.time, "sleep", sleeps.append)
+    rows: list[str] = []
+    bench._bench_shape("tiny", rows, (1, 4, 2, 40, 16, 0), device="cpu", dtype=torch.float16,
+                       with_tk=True, cooldown=0.5)
+    bench._bench_shape("tiny-docs", rows, (1, 4, 2, 40, 16, 8), device="cpu",
+                       dtype=torch.float16, with_tk=True)
+    tk_rows = [r for r in rows if "| thunderkittens |" in r]
+    assert len(tk_rows) == 1 and tk_rows[0].startswith("| tiny | thunderkittens | n/a: ")
+    measured = [r for r in rows if r.startswith("| tiny |") and "n/a" not in r]
+    assert measured and sleeps == [0.5] * len(measured)
+
+
+def test_cooldown_must_not_be_negative():
+    with pytest.raises(SystemExit):
+        bench.main(["--cooldown", "-1"])

@@ -433,12 +433,12 @@ def test_fp8_kernel_in_interpreter(name, interpreter_results):
 def test_bench_says_why_the_thunderkittens_column_is_absent(monkeypatch, tmp_path):
     """`python -m kernels.bench fp8_gemm` adds the ThunderKittens columns only when the extension can
     be built; otherwise it prints one line with the reason (no GPU is needed to get the reason)."""
-    from kernels.fp8.bench import thunderkittens_status
+    from kernels.thunderkittens.build import unavailable_reason
 
     monkeypatch.delenv("THUNDERKITTENS_ROOT", raising=False)
-    assert thunderkittens_status() == "THUNDERKITTENS_ROOT is not set"
+    assert unavailable_reason() == "THUNDERKITTENS_ROOT is not set"
     monkeypatch.setenv("THUNDERKITTENS_ROOT", str(tmp_path))  # not a ThunderKittens clone
-    reason = thunderkittens_status()
+    reason = unavailable_reason()
     assert reason is not None and "include/kittens.cuh" in reason and "\n" not in reason
 
 
