@@ -6,6 +6,9 @@ Attention (bf16, causal, head dim 128): TK vs SDPA's cuDNN backend and our Trito
   8b       B 1, Hq 32, Hkv 8, S 8192 (Llama-3 8B)
   70b-tp8  B 1, Hq 8,  Hkv 1, S 8192 (Llama-3 70B under tensor parallel 8)
 FLOPs: forward = 4 B Hq S^2 D / 2 (the causal half), forward+backward = 3.5 x forward.
+--deterministic adds a "thunderkittens deterministic" row: torch.use_deterministic_algorithms holds
+through its forward and backward (the backward reads the mode when it runs), as under
+run.deterministic.
 FP8 GEMM (e4m3, bf16 out), rowwise and tensorwise scales: TK vs torch._scaled_mm with the same
 scales (use_fast_accum=True, the same accumulation as TK's; and False), TFLOP/s = 2 M N K / time.
 Times are medians of triton.testing.do_bench, then the median over --rounds rounds (each round
@@ -18,6 +21,7 @@ scales).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import statistics
 import sys
@@ -86,28 +90,48 @@ def _by_round(flop: float, ms: list[float]) -> str:
     return ", ".join(f"{flop / t / 1e9:.0f}" for t in ms)
 
 
-def _attention_impls() -> dict:
+# Rows timed with torch.use_deterministic_algorithms on for the whole forward+backward.
+DETERMINISTIC = {"thunderkittens deterministic"}
+
+
+@contextlib.contextmanager
+def _deterministic(on: bool):
+    """torch.use_deterministic_algorithms(on) inside, the previous mode restored after."""
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _attention_impls(deterministic: bool = False) -> dict:
     from kernels.attention import attention
     from kernels.thunderkittens import ops
 
     tk = lambda q, k, v: ops.attention(q, k, v, causal=True)  # noqa: E731
-    return {
+    impls = {
         "thunderkittens": tk,
         "sdpa cudnn": cudnn_attention,
         "triton": lambda q, k, v: attention(q, k, v, causal=True, backend="triton"),
     }
+    if deterministic:
+        impls["thunderkittens deterministic"] = tk  # measured under _deterministic(True)
+    return impls
 
 
 def attention_rows(name: str, shape: tuple, rounds: int = 1, device: str = "cuda",
-                   cooldown: float = 0.0) -> list[str]:
+                   cooldown: float = 0.0, deterministic: bool = False) -> list[str]:
     """Markdown rows (shape, implementation, fwd ms, fwd TFLOP/s, fwd+bwd ms, TFLOP/s, fwd+bwd
-    TFLOP/s by round, diff); ms are medians over the rounds."""
+    TFLOP/s by round, diff); ms are medians over the rounds. deterministic adds the TK row timed
+    in deterministic mode."""
     b, hq, hkv, s, d = shape
     g = torch.Generator(device=device).manual_seed(0)
     q, k, v, do = (torch.randn(b, s, h, d, device=device, generator=g).bfloat16()
                    for h in (hq, hkv, hkv, hq))
     flops = 4.0 * b * hq * s * s * d / 2
-    impls = _attention_impls()
+    impls = _attention_impls(deterministic)
     with torch.no_grad():
         ref = impls["sdpa cudnn"](q, k, v).float()
     errs, failed, measures = {}, {}, {}
@@ -119,10 +143,11 @@ def attention_rows(name: str, shape: tuple, rounds: int = 1, device: str = "cuda
             failed[impl] = str(e).splitlines()[0][:80]
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
 
-        def measure(fn=fn, leaves=leaves):
-            with torch.no_grad():
-                fwd = _time(lambda: fn(q, k, v))
-            return fwd, _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
+        def measure(fn=fn, leaves=leaves, det=impl in DETERMINISTIC):
+            with _deterministic(det):
+                with torch.no_grad():
+                    fwd = _time(lambda: fn(q, k, v))
+                return fwd, _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
 
         measures[impl] = measure
     pairs = _rounds(measures, rounds, failed, cooldown)  # (fwd ms, fwd+bwd ms) per round
@@ -208,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds the GPU stays idle before each measurement, so that one "
                         "implementation's heat and clock state carry less into the next "
                         "(default 0)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="add a TK attention row timed under torch.use_deterministic_algorithms "
+                        "(its backward then adds its fp32 partials in a fixed order)")
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -233,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                 "|---|---|---|---|---|---|---|---|"]
         for name in attn:
             rows += attention_rows(name, ATTN_SHAPES[name], args.rounds,
-                                   cooldown=args.cooldown)
+                                   cooldown=args.cooldown, deterministic=args.deterministic)
         print("\n".join(rows) + "\n")
     if gemm:
         rows = ["| GEMM (M, N, K) | implementation | ms | TFLOP/s | TFLOP/s by round "

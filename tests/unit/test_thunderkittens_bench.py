@@ -80,7 +80,7 @@ def _fake_timer(monkeypatch, values):
 
 def test_attention_rows_give_medians_and_every_round(monkeypatch):
     impls = {"thunderkittens": _sdpa, "sdpa cudnn": _sdpa, "triton": _unavailable}
-    monkeypatch.setattr(bench, "_attention_impls", lambda: impls)
+    monkeypatch.setattr(bench, "_attention_impls", lambda deterministic: impls)
     # Rounds rotate: round 0 times tk then cudnn, round 1 cudnn then tk, round 2 tk then cudnn;
     # each implementation takes (forward ms, forward+backward ms) per round.
     _fake_timer(monkeypatch, [1.0, 4.0, 2.0, 8.0,     # round 0: tk, cudnn
@@ -98,6 +98,52 @@ def test_attention_rows_give_medians_and_every_round(monkeypatch):
     assert tk[6] == ", ".join(f"{3.5 * flops / t / 1e9:.0f}" for t in (4.0, 5.0, 6.0))
     assert float(tk[7]) == 0.0  # the same function as the reference
     assert cells[2][2] == "n/a: triton needs a GPU"
+
+
+
+class _ModeProbe(torch.autograd.Function):
+    """Identity that records whether deterministic mode is on when its forward and backward run."""
+    seen: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        _ModeProbe.seen.append(("fwd", torch.are_deterministic_algorithms_enabled()))
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        _ModeProbe.seen.append(("bwd", torch.are_deterministic_algorithms_enabled()))
+        return g
+
+
+def test_deterministic_row_holds_the_mode_through_the_backward(monkeypatch):
+    """The deterministic TK row runs forward and backward in deterministic mode (the TK backward
+    reads it when it runs); the other rows, and the caller's mode afterwards, stay as they were."""
+    probe = lambda q, k, v: _ModeProbe.apply(_sdpa(q, k, v))  # noqa: E731
+    monkeypatch.setattr(bench, "_attention_impls",
+                        lambda deterministic: {"thunderkittens": probe,
+                                               "sdpa cudnn": _sdpa,
+                                               **({"thunderkittens deterministic": probe}
+                                                  if deterministic else {})})
+    modes = []
+
+    def fake(fn, *args, **kwargs):
+        _ModeProbe.seen.clear()
+        fn()
+        modes.append(list(_ModeProbe.seen))
+        return 1.0
+
+    monkeypatch.setattr(bench, "_time", fake)
+    rows = bench.attention_rows("tiny", (1, 4, 2, 64, 16), rounds=1, device="cpu",
+                                deterministic=True)
+    assert [r.split(" | ")[1] for r in rows] == ["thunderkittens", "sdpa cudnn",
+                                                 "thunderkittens deterministic"]
+    # _time calls in order: tk fwd, tk fwd+bwd, cudnn fwd, cudnn fwd+bwd, det fwd, det fwd+bwd.
+    assert modes[1] == [("fwd", False), ("bwd", False)]
+    assert modes[5] == [("fwd", True), ("bwd", True)]
+    assert not torch.are_deterministic_algorithms_enabled()
+    plain = bench.attention_rows("tiny", (1, 4, 2, 64, 16), device="cpu")  # without the flag
+    assert [r.split(" | ")[1] for r in plain] == ["thunderkittens", "sdpa cudnn"]
 
 
 def test_gemm_rows_on_cpu_stand_ins(monkeypatch):
