@@ -95,7 +95,7 @@ DETERMINISTIC = {"thunderkittens deterministic"}
 
 
 @contextlib.contextmanager
-def _deterministic(on: bool):
+def deterministic_mode(on: bool):
     """torch.use_deterministic_algorithms(on) inside, the previous mode restored after."""
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled())
@@ -117,7 +117,7 @@ def _attention_impls(deterministic: bool = False) -> dict:
         "triton": lambda q, k, v: attention(q, k, v, causal=True, backend="triton"),
     }
     if deterministic:
-        impls["thunderkittens deterministic"] = tk  # measured under _deterministic(True)
+        impls["thunderkittens deterministic"] = tk  # measured under deterministic_mode(True)
     return impls
 
 
@@ -144,7 +144,7 @@ def attention_rows(name: str, shape: tuple, rounds: int = 1, device: str = "cuda
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
 
         def measure(fn=fn, leaves=leaves, det=impl in DETERMINISTIC):
-            with _deterministic(det):
+            with deterministic_mode(det):
                 with torch.no_grad():
                     fwd = _time(lambda: fn(q, k, v))
                 return fwd, _time(lambda: torch.autograd.grad(fn(*leaves), leaves, do))

@@ -107,6 +107,7 @@ def test_thunderkittens_row_and_cooldown(interpreted_stub_timing, monkeypatch):
     assert measured and sleeps == [0.5] * len(measured)
 
 
-def test_cooldown_must_not_be_negative():
+def test_cooldown_must_not_be_negative(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--cooldown", "-1"])
+    assert "--cooldown must be >= 0" in capsys.readouterr().err

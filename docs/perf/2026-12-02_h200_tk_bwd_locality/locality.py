@@ -15,6 +15,7 @@ import torch
 from kernels.thunderkittens import ops
 from kernels.thunderkittens.bench import _time as bench  # do_bench median, warmup 25, rep 200
 from kernels.thunderkittens.bench import cudnn_attention as cudnn
+from kernels.thunderkittens.bench import deterministic_mode
 from kernels.thunderkittens.bench import round_orders
 
 
@@ -45,13 +46,10 @@ def main():
                 fn = lambda q, k, v, impl=impls[name]: impl(q, k, v, causal)
                 leaves = [t.detach().requires_grad_() for t in (q, k, v)]
                 # The backward reads the mode when it runs (inside autograd.grad): hold it there.
-                torch.use_deterministic_algorithms(name == "tk-det")
-                try:
+                with deterministic_mode(name == "tk-det"):
                     with torch.no_grad():
                         f = bench(lambda: fn(q, k, v))
                     fb = bench(lambda: torch.autograd.grad(fn(*leaves), leaves, do))
-                finally:
-                    torch.use_deterministic_algorithms(False)
                 rows.append((shape, r, name, flops / f / 1e9, 3.5 * flops / fb / 1e9,
                              2.5 * flops / (fb - f) / 1e9))
                 print(rows[-1], flush=True)
