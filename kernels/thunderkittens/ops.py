@@ -27,6 +27,9 @@ Nothing here builds at import: the extension is compiled on the first call (buil
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from kernels.thunderkittens import build
@@ -43,6 +46,25 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
 
 def _stream(t: torch.Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream
+
+
+@contextlib.contextmanager
+def _unfilled() -> Iterator[None]:
+    """torch.empty without deterministic mode's fill, for the buffers these kernels write whole.
+
+    Under torch.use_deterministic_algorithms (run.deterministic), torch.utils.deterministic.
+    fill_uninitialized_memory (on by default) makes every torch.empty write NaN (integers: their
+    maximum), so that a kernel reading memory it never wrote stays deterministic. The kernels here
+    write every element of their outputs and initialise their workspaces themselves, so the fill
+    only wrote each buffer twice: 1.6% of a deterministic forward+backward at the anchor shape,
+    4.5% at 70B-TP8 on an H200 (docs/benchmarks.md 4k). The flag is process-global; it is off only
+    while these ops allocate, on the caller's thread."""
+    before = torch.utils.deterministic.fill_uninitialized_memory
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = before
 
 
 def validate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -77,8 +99,9 @@ def tk_attn_fwd(
     ext = build.extension()
     q, k, v = _dense(q), _dense(k), _dense(v)
     b, sq, hq, _ = q.shape
-    out = torch.empty_like(q)
-    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+    with _unfilled():
+        out = torch.empty_like(q)
+        lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
     with torch.cuda.device(q.device):
         ext.attn_fwd(q, k, v, out, lse, causal, _stream(q))
     return out, lse
@@ -108,12 +131,12 @@ def tk_attn_bwd(
     dlse = None if dlse is None else _dense(dlse.float())
     b, sq, hq, _ = q.shape
     sp = ext.attn_bwd_padded_len(sq)
-    delta = torch.empty((b, hq, sp), dtype=torch.float32, device=q.device)
-    lse2 = torch.empty_like(delta)
-    # fp32 dQ partial sums, in blocks of the kernel's fragment order; the call initialises them.
-    dq_acc = torch.empty((b, hq, sp, q.shape[3]), dtype=torch.float32, device=q.device)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    with torch.cuda.device(q.device):
+    with _unfilled(), torch.cuda.device(q.device):
+        delta = torch.empty((b, hq, sp), dtype=torch.float32, device=q.device)
+        lse2 = torch.empty_like(delta)
+        # fp32 dQ partial sums, in blocks of the kernel's fragment order; the call initialises them.
+        dq_acc = torch.empty((b, hq, sp, q.shape[3]), dtype=torch.float32, device=q.device)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         # Deterministic mode: counters that order every dQ block's adds (zeroed there).
         det = torch.are_deterministic_algorithms_enabled()
         locks = (torch.empty(ext.attn_bwd_lock_count(b, sq, hq), dtype=torch.int32,
@@ -200,8 +223,8 @@ def tk_fp8_gemm_rowwise(
     tensorwise = scale_a.numel() == 1 and scale_b.numel() == 1
     sa = _rowwise_scale(scale_a, 1 if tensorwise else m, "scale_a")
     sb = _rowwise_scale(scale_b, 1 if tensorwise else n, "scale_b")
-    c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
-    with torch.cuda.device(a.device):
+    with _unfilled(), torch.cuda.device(a.device):
+        c = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
         # A partial last wave of tiles: the kernel splits the K loop of its last tiles over all SMs
         # (stream-K) and passes fp32 partials through this workspace. The flags must start at
         # zero: torch.zeros is one memset on this stream, so CUDA graph capture still works.

@@ -10,6 +10,7 @@ from the same bf16 / e4m3 inputs; storing a result in bf16 alone costs ~1e-3 of 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -219,6 +220,71 @@ def test_deterministic_backward_beside_other_kernels(deterministic_mode):
                                                                   causal=True)):
         for name, got, want in zip(("dq", "dk", "dv"), beside, alone):
             assert torch.equal(got, want), f"{name} changed beside the side stream's kernels"
+
+
+def _fill_kernels(run) -> tuple[int, object]:
+    """(fill kernels launched by run(), its result). Deterministic mode's NaN fill of torch.empty
+    runs as such a kernel (FillFunctor); memsets do not count."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        result = run()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert names, "the profiler recorded no GPU work (CUPTI unavailable?)"
+    return sum("FillFunctor" in n for n in names), result
+
+
+@contextlib.contextmanager
+def _poisoned_pool():
+    """Allocations inside come from a private memory pool whose every block first held float32
+    maxima, so torch.empty returns large finite garbage (not NaN, and not an earlier call's
+    results). Yields the pool: keep it while its tensors live."""
+    fmax = torch.finfo(torch.float32).max
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        held = [torch.full((1 << 28,), fmax, device="cuda")]  # one 1 GiB segment
+        held += [torch.full((1 << 17,), fmax, device="cuda") for _ in range(64)]  # small blocks
+        del held
+        with ops._unfilled():  # what the ops will get
+            probe = [torch.empty(n, device="cuda") for n in (1 << 8, 1 << 20, 1 << 24)]
+        assert all((p == fmax).all() for p in probe), "the pool did not hand out the poison"
+        del probe
+        yield pool
+
+
+@pytest.mark.parametrize("b,sq,skv,hq,hkv,causal", [
+    pytest.param(2, 1000, 1000, 8, 1, True, id="S1000-gqa8-split"),  # padded rows, dK/dV slices
+    pytest.param(1, 777, 1000, 8, 2, False, id="full-sq777-skv1000"),
+])
+def test_deterministic_mode_skips_the_fill_of_buffers_the_kernels_write(
+        b, sq, skv, hq, hkv, causal, deterministic_mode, monkeypatch):
+    """Under run.deterministic torch.empty fills every buffer with NaN first (torch.utils.
+    deterministic.fill_uninitialized_memory); the ops skip that for their outputs and workspaces,
+    which the kernels write whole. So deterministic mode adds no fill kernel to the attention
+    forward, backward or FP8 GEMM, and the bits are the same whether those buffers start as NaN or
+    as large finite garbage (a kernel reading memory it never wrote would see the difference)."""
+    q, k, v, do = _inputs(b, sq, skv, hq, hkv, 128, seed=5)
+    m, n, kk = 128 * (_sms() + 1), 256, 2048  # a stream-K shape: partials and flags too
+    qx, sx, qw, sw, _ = _fp8_operands(m, n, kk, seed=5)
+
+    def run():
+        out, lse = ops.attention_fwd(q, k, v, causal=causal)
+        grads = ops.attention_bwd(do, q, k, v, out, lse, causal=causal)
+        return out, lse, *grads, ops.fp8_gemm_rowwise(qx, qw, sx, sw)
+
+    default_fills, _ = _fill_kernels(run)
+    deterministic_mode()
+    assert torch.utils.deterministic.fill_uninitialized_memory
+    with _poisoned_pool() as pool:
+        det_fills, unfilled = _fill_kernels(run)
+    assert det_fills == default_fills, "deterministic mode filled buffers the kernels write whole"
+    assert torch.utils.deterministic.fill_uninitialized_memory, "the fill flag was not restored"
+    monkeypatch.setattr(ops, "_unfilled", contextlib.nullcontext)  # the NaN fill, as before
+    nan_filled = run()
+    for name, x, y in zip(("out", "lse", "dq", "dk", "dv", "fp8 gemm"), unfilled, nan_filled):
+        assert torch.equal(x, y), f"{name}: the kernels read a buffer they did not write"
+    del unfilled, pool
 
 
 def test_torch_compile_traces_the_custom_op():

@@ -124,6 +124,25 @@ def test_fp8_gemm_shapes_it_cannot_handle_raise_value_errors():
         ops.fp8_gemm_rowwise(_rand(64, 128), _rand(64, 128), s, s)
 
 
+def test_deterministic_fill_is_off_only_while_the_ops_allocate():
+    """The ops allocate their outputs and workspaces with deterministic mode's NaN fill off (their
+    kernels write them whole; tests/gpu checks that on a GPU); the user's setting is back after,
+    also when the block raises."""
+    flag = torch.utils.deterministic
+    before = flag.fill_uninitialized_memory
+    try:
+        for setting in (True, False):
+            flag.fill_uninitialized_memory = setting
+            with ops._unfilled():
+                assert flag.fill_uninitialized_memory is False
+            assert flag.fill_uninitialized_memory is setting
+            with pytest.raises(RuntimeError, match="boom"), ops._unfilled():
+                raise RuntimeError("boom")
+            assert flag.fill_uninitialized_memory is setting
+    finally:
+        flag.fill_uninitialized_memory = before
+
+
 def _tk_include() -> Path | None:
     for root in (os.environ.get("THUNDERKITTENS_ROOT"), REPO / ".tk"):
         if root and (Path(root) / "include" / "kittens.cuh").is_file():
