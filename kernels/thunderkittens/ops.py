@@ -57,8 +57,8 @@ def _unfilled() -> Iterator[None]:
     maximum), so that a kernel reading memory it never wrote stays deterministic. The kernels here
     write every element of their outputs and initialise their workspaces themselves, so the fill
     only wrote each buffer twice: 1.6% of a deterministic forward+backward at the anchor shape,
-    4.5% at 70B-TP8 on an H200 (docs/benchmarks.md 4k). The flag is process-global; it is off only
-    while these ops allocate, on the caller's thread."""
+    4.5% at 70B-TP8 on an H200 (docs/benchmarks.md 4k). The flag is process-global, so for those
+    few allocations another thread's torch.empty would skip the fill too."""
     before = torch.utils.deterministic.fill_uninitialized_memory
     torch.utils.deterministic.fill_uninitialized_memory = False
     try:
