@@ -6,8 +6,8 @@
 #   THUNDERKITTENS_ROOT=<clone> kernels/thunderkittens/gpu_check.sh [build|test|bench|bench-all|all]
 #
 # THUNDERKITTENS_ROOT defaults to ./.tk (a clone kept untracked in the checkout). "all" (default) is
-# build + test + bench (anchor attention shape, 8192^3 GEMM), about 5-8 minutes on an H200 with a
-# cold build, plus 81 s of idle time (27 measurements x 3 s, below); "bench-all" adds the 8B and
+# build + test + bench (anchor attention shape, 8192^3 GEMM): 194 s on an H200 with a cold build
+# (2026-12-02), 81 s of it idle time (27 measurements x 3 s, below); "bench-all" adds the 8B and
 # 70B-TP8 attention shapes and three Llama GEMM shapes. The benches idle the GPU 3 s before each
 # measurement (--cooldown 3): both attention kernels run at the H200's 700 W limit, and without the
 # pause one kernel's heat and clock state carried into the next (TK anchor rounds 503, 504, 538

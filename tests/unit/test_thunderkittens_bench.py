@@ -100,7 +100,6 @@ def test_attention_rows_give_medians_and_every_round(monkeypatch):
     assert cells[2][2] == "n/a: triton needs a GPU"
 
 
-
 class _ModeProbe(torch.autograd.Function):
     """Identity that records whether deterministic mode is on when its forward and backward run."""
     seen: list = []
