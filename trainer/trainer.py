@@ -70,6 +70,10 @@ class Trainer:
         torch.manual_seed(cfg.run.seed)
         if cfg.run.deterministic:
             torch.use_deterministic_algorithms(True)
+            torch.utils.deterministic.fill_uninitialized_memory = cfg.run.deterministic_fill
+            if not cfg.run.deterministic_fill:
+                logger.info("deterministic mode without the NaN fill of new tensors "
+                            "(run.deterministic_fill = false)")
             torch.backends.cudnn.deterministic = True
             torch.backends.cudnn.benchmark = False
 

@@ -139,6 +139,18 @@ def test_stop_and_resume_is_bitwise_identical_with_async_save(dump, reference):
         assert got[step] == reference[step], (step, got[step], reference[step])
 
 
+def test_without_the_nan_fill_losses_and_resume_stay_bitwise(dump, reference):
+    """run.deterministic_fill = false (no NaN writes into new tensors): every kernel of the run writes
+    what it reads, so the losses are those of the filled reference run, also after a resume."""
+    proc = launch(dump, "nofill", 2, "--run.deterministic_fill=false", "--training.steps=10")
+    assert "without the NaN fill of new tensors" in proc.stderr
+    proc = launch(dump, "nofill", 2, "--run.deterministic_fill=false")
+    assert "resumed from" in proc.stderr and "step-10" in proc.stderr
+    got = losses(dump / "nofill")
+    for step in range(1, STEPS + 1):
+        assert got[step] == reference[step], (step, got[step], reference[step])
+
+
 @pytest.mark.parametrize("nproc", [1, 4])
 def test_resume_on_another_world_size(dump, reference, nproc):
     # Saved on 2 ranks (FSDP over 2), resumed on 1 rank (no sharding) or 4 (FSDP over 4).

@@ -3,7 +3,8 @@
 torch 2.11 (the GPU machines) emptied its stager after every save, so the second async save of a
 run failed; the CPU tests run on the newest torch. Here the real trainer saves four times
 asynchronously (steps 3 and 6, then 9 and 12 after a resume), and the resumed losses must equal those
-of an uninterrupted run bit for bit; the same with the ThunderKittens attention backward.
+of an uninterrupted run bit for bit; the same with the ThunderKittens attention backward. Each
+runs with and without deterministic mode's NaN fill of new tensors (run.deterministic_fill).
 """
 
 from __future__ import annotations
@@ -50,10 +51,12 @@ def _assert_resumed_steps_match(dump: Path) -> None:
         assert got[step] == ref[step], (step, got[step], ref[step])
 
 
-def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path):
-    _train(tmp_path, "ref", 12)
+@pytest.mark.parametrize("fill", ["true", "false"])
+def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path, fill):
+    """SDPA's deterministic backward; with and without the NaN fill of new tensors."""
+    _train(tmp_path, "ref", 12, f"--run.deterministic_fill={fill}")
     ckpt = ["--checkpoint.enable", "--checkpoint.interval=3", "--checkpoint.async_mode=async",
-            "--checkpoint.keep_latest_k=0"]
+            "--checkpoint.keep_latest_k=0", f"--run.deterministic_fill={fill}"]
     first = _train(tmp_path, "run", 6, *ckpt)
     assert "async saves stage into pinned host memory, allocated once and reused" in first.stderr
     second = _train(tmp_path, "run", 12, *ckpt)
@@ -64,11 +67,14 @@ def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path):
 
 
 @pytest.mark.skipif(not build.available(), reason="needs ThunderKittens and an sm_90 GPU")
-def test_thunderkittens_attention_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("fill", ["true", "false"])
+def test_thunderkittens_attention_resumes_exactly(tmp_path, fill):
     """run.deterministic with the TK backward (its fp32 adds in a fixed order): 6 steps, a
-    checkpoint, 6 more after a resume give the losses of 12 straight steps bit for bit."""
+    checkpoint, 6 more after a resume give the losses of 12 straight steps bit for bit; also
+    without the NaN fill of new tensors (run.deterministic_fill = false)."""
     tk = ["--model.attention=thunderkittens", "--model.overrides.dim=512",  # head dim 128
-          "--model.overrides.n_heads=4", "--model.overrides.n_kv_heads=2", "--training.seq_len=256"]
+          "--model.overrides.n_heads=4", "--model.overrides.n_kv_heads=2", "--training.seq_len=256",
+          f"--run.deterministic_fill={fill}"]
     _train(tmp_path, "ref", 12, *tk)
     ckpt = ["--checkpoint.enable", "--checkpoint.interval=6", "--checkpoint.keep_latest_k=0"]
     _train(tmp_path, "run", 6, *tk, *ckpt)
