@@ -349,6 +349,14 @@ def test_warmup_longer_than_run_warns():
         load_config(["--training.steps=5", "--lr_scheduler.warmup_steps=20"])
 
 
+def test_deterministic_fill_alone_warns_that_it_changes_nothing():
+    with pytest.warns(UserWarning, match="run.deterministic_fill = false .* without run.deterministic"):
+        load_config(["--run.deterministic_fill=false"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_config(["--run.deterministic", "--run.deterministic_fill=false"])
+
+
 def test_async_tp_needs_compile():
     with pytest.raises(ConfigError, match="compile.enable"):
         load_config(["--parallelism.enable_async_tensor_parallel"])

@@ -121,6 +121,10 @@ def check_values(cfg: JobConfig) -> None:
         raise fail(cfg, "activation_checkpoint.mode",
                    "the memory budget is met by the compiler's choice of what to recompute; set "
                    "compile.enable = true as well, or use mode = full or selective")
+    if not cfg.run.deterministic_fill and not cfg.run.deterministic:
+        _warn_once(
+            f"run.deterministic_fill = false ({source_of(cfg, 'run.deterministic_fill')}) changes "
+            "nothing without run.deterministic = true: torch fills new tensors only in that mode")
     warmup, steps = cfg.lr_scheduler.warmup_steps, cfg.training.steps
     if warmup >= steps:
         _warn_once(
