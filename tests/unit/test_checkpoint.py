@@ -196,6 +196,30 @@ def test_other_model_shape_names_first_mismatching_key(tmp_path):
         CheckpointManager(t2).load()
 
 
+def with_model(t: SimpleNamespace, model: nn.Module) -> SimpleNamespace:
+    t.model = model
+    t.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    t.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(t.optimizer, lambda i: 1.0)
+    return t
+
+
+def test_other_layer_count_names_missing_or_extra_key(tmp_path):
+    # A resume with more or fewer layers than the run that saved (model.overrides.n_layers changed):
+    # the error names a key and the config keys to compare, before any tensor is read.
+    t, mgr = start(tmp_path, interval=1)
+    run(t, 1, mgr)
+    mgr.close()
+    deeper = make_trainer(tmp_path)
+    with_model(deeper, nn.Sequential(*deeper.model, nn.Linear(4, 4)))
+    with pytest.raises(ValueError, match=r"key '3\.weight' of the model \(shape \(4, 4\)\) is not in the "
+                                         r"checkpoint; .*check model\.flavor and model\.overrides"):
+        CheckpointManager(deeper).load()
+    shallower = with_model(make_trainer(tmp_path), nn.Sequential(nn.Linear(8, 16)))
+    with pytest.raises(ValueError, match=r"key '2\.weight' \(shape \(4, 16\)\) is in the checkpoint but "
+                                         r"not in the model \(2 such keys\)"):
+        CheckpointManager(shallower).load()
+
+
 def test_retention_keeps_latest_k(tmp_path):
     (tmp_path / "checkpoint" / "step-1").mkdir(parents=True)  # leftover of a crashed save
     t, mgr = start(tmp_path, interval=1, keep_latest_k=2)
