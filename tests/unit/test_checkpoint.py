@@ -209,8 +209,8 @@ def test_other_layer_count_names_missing_or_extra_key(tmp_path):
     t, mgr = start(tmp_path, interval=1)
     run(t, 1, mgr)
     mgr.close()
-    deeper = make_trainer(tmp_path)
-    with_model(deeper, nn.Sequential(*deeper.model, nn.Linear(4, 4)))
+    base = make_trainer(tmp_path)
+    deeper = with_model(base, nn.Sequential(*base.model, nn.Linear(4, 4)))
     with pytest.raises(ValueError, match=r"key '3\.weight' of the model \(shape \(4, 4\)\) is not in the "
                                          r"checkpoint; .*check model\.flavor and model\.overrides"):
         CheckpointManager(deeper).load()
