@@ -11,8 +11,10 @@ In one process group it builds the Trainer of the config (checkpointing on, in a
               the folder must be complete; rank 0 deletes it after a barrier;
   step 3      a step with no save in flight (the reference step time);
   (b) async   CheckpointManager.save(3, blocking=False): staging time (until control returns to
-              training), then step 4 trains while the write is in flight; the write's completion
-              time is taken in the writer's own thread (a done-callback on its future);
+              training), then step 4 trains while the write is in flight, and up to --flight-steps
+              more while it still is; the write's completion time is taken by a done-callback on
+              its future (with checkpoint.async_writer = "process" the write itself runs in a
+              writer process, and the callback fires when that process reports back);
   (c) resume  CheckpointManager.load() restores step-3 into the same Trainer objects, and step 4 is
               run again: its loss must equal the first step 4 bitwise with run.deterministic (else
               within a relative 1e-4, see NONDET_RTOL); grad norm, per-tensor weight checksums and
@@ -64,6 +66,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="probe the disk first and build only as many layers as fit on it and let two "
                         "checkpoint writes and one read take at most this long at the probed speed (0 = off)")
     p.add_argument("--probe-gb", type=float, default=4.0, help="GB each rank writes for the --fit-seconds probe")
+    p.add_argument("--flight-steps", type=int, default=8,
+                   help="after step 4, train at most this many more steps while the async write is in "
+                        "flight, for the step time during a write (0 = step 4 only)")
     p.add_argument("--out", default="", help="also write the markdown report to this file (rank 0)")
     opts, rest = p.parse_known_args(argv)
     bad = [a for a in rest if not a.startswith("--")]
@@ -71,6 +76,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         raise ValueError(f"unexpected argument {bad[0]!r}: config overrides are --section.key=value")
     if not 0.0 < opts.layer_fraction <= 1.0:
         raise ValueError(f"--layer-fraction {opts.layer_fraction}: must be in (0, 1]")
+    if opts.flight_steps < 0:
+        raise ValueError("--flight-steps must be >= 0")
     if opts.fit_seconds < 0 or opts.probe_gb <= 0:
         raise ValueError("--fit-seconds must be >= 0 and --probe-gb > 0")
     if opts.fit_seconds > 0 and opts.layer_fraction < 1.0:
@@ -207,13 +214,21 @@ class Bench:
             self.torch.cuda.synchronize(self.t.device)
 
     def step(self, name: str) -> float:
+        """Train one step; returns its wall time (the loss goes into self.losses)."""
         self.sync()
         t0 = time.perf_counter()
         loss = self.t.train_step()
         self.sync()
         self.step_s[name] = time.perf_counter() - t0
         self.losses[name] = loss
-        return loss
+        return self.step_s[name]
+
+    def any_rank(self, flag: bool) -> bool:
+        import torch.distributed as dist
+
+        v = self.torch.tensor([float(flag)], dtype=self.torch.float64)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX)
+        return v.item() > 0
 
     def on_rank0(self, fn: Callable[[], Any]) -> Any:
         """fn on rank 0 after a barrier, its result (or its error) on every rank."""
@@ -272,7 +287,7 @@ class Bench:
         return [tuple(x) for x in self.torch.stack(out).cpu().tolist()]
 
     # ---- the measurement -----------------------------------------------------------------------
-    def run(self, keep: bool) -> dict[str, Any]:
+    def run(self, keep: bool, flight_steps: int = 0) -> dict[str, Any]:
         from trainer.checkpoint_folders import incomplete_reason, step_folder
 
         t, mgr = self.t, self.mgr
@@ -334,8 +349,18 @@ class Bench:
 
         pending.future.add_done_callback(on_done)
         path_b = pending.path
-        loss4 = self.step("4")
+        self.step("4")
+        loss4 = self.losses["4"]
         res["in_flight_after_step"] = not pending.future.done()
+        after = {"grad_norm": t.last_grad_norm, "sums": self.checksums(),
+                 "stream": t.stream.state_dict(), "tokens_seen": t.tokens_seen}
+        # More steps while the write lasts: a step that starts with the write in flight counts (the
+        # check is per rank, so ranks may run different numbers; each step is a collective, so all
+        # ranks decide together: the write counts as in flight while any rank's is).
+        for k in range(flight_steps):
+            if not self.any_rank(not pending.future.done()):
+                break
+            self.step(f"{5 + k} (write in flight)")
         t_wait = time.perf_counter()
         mgr._wait()  # private: blocks until the write is complete (the next save would do the same)
         wait_s = time.perf_counter() - t_wait
@@ -343,8 +368,6 @@ class Bench:
             raise RuntimeError("the async save's future completed but its done-callback never ran")
         total_s = done_at[0] - t0
         res["async_bytes"] = self.on_rank0(lambda: verify(path_b))
-        after = {"grad_norm": t.last_grad_norm, "sums": self.checksums(),
-                 "stream": t.stream.state_dict(), "tokens_seen": t.tokens_seen}
 
         # (c) resume: the public start path picks the newest complete folder, i.e. path_b.
         self.on_rank0(lambda: None)
@@ -353,7 +376,8 @@ class Bench:
         load_s = time.perf_counter() - t0
         if t.step != 3:
             raise RuntimeError(f"load() restored step {t.step}, expected 3 from {path_b}")
-        loss4b = self.step("4 again (resumed)")
+        self.step("4 again (resumed)")
+        loss4b = self.losses["4 again (resumed)"]
         again = {"grad_norm": t.last_grad_norm, "sums": self.checksums(),
                  "stream": t.stream.state_dict(), "tokens_seen": t.tokens_seen}
         if not keep:
@@ -370,6 +394,10 @@ class Bench:
         (res["sync_s"], res["staged_s"], res["total_s"], res["wait_s"], res["load_s"], res["sums_rel"],
          res["grad_rel"], stream_differs) = maxed[:8]
         res["step_s"] = dict(zip(names, maxed[8:]))
+        # Step 4 starts right after staging, with the write in flight by construction.
+        in_flight = [v for n, v in res["step_s"].items() if n == "4" or n.endswith("(write in flight)")]
+        res["flight_mean_s"] = sum(in_flight) / len(in_flight) if in_flight else float("nan")
+        res["flight_n"] = len(in_flight)
         res["stream_ok"] = stream_differs == 0.0
         res["loss4"], res["loss4b"] = loss4, loss4b
         res["path"] = str(path_b) if keep else ""
@@ -401,10 +429,10 @@ def report(res: dict[str, Any], cfg: Any, label: str, world: int, trainer: Any) 
     size = res["async_bytes"] / GB
     s = res["step_s"]
     head = ("| model | ranks | checkpoint GB | sync save s | sync GB/s | async staging s | async total s "
-            "| async GB/s | step s | step s, save in flight | resume load s | resume loss match |")
+            "| async GB/s | step s | step s, write in flight | resume load s | resume loss match |")
     row = (f"| {label} | {world} | {_g(size)} | {_g(res['sync_s'])} | {_g(res['sync_bytes'] / GB / res['sync_s'])} "
            f"| {_g(res['staged_s'])} | {_g(res['total_s'])} | {_g(size / res['total_s'])} | {_g(s['3'])} "
-           f"| {_g(s['4'])} | {_g(res['load_s'])} | {cell} |")
+           f"| {_g(res['flight_mean_s'])} (mean of {res['flight_n']}) | {_g(res['load_s'])} | {cell} |")
     flight = ("still in flight when the step ended" if res["in_flight_after_step"]
               else "finished before the step ended")
     notes = [
@@ -412,9 +440,11 @@ def report(res: dict[str, Any], cfg: Any, label: str, world: int, trainer: Any) 
         f"(GB = 1e9 bytes); the state's tensors hold {_g(res['expected_gb'])} GB.",
         "Times: max over ranks. Sync save = CheckpointManager.save(blocking=True) until it returns (files "
         "fsynced, metadata written, folder checked). Async staging = save(blocking=False) until it returns; "
-        "async total = until the write's future completed (taken in the writer thread).",
-        f"Overlap: step 4 ran while the async write was in flight; the write was {flight}; the wait for "
-        f"it afterwards took {res['wait_s']:.2f} s.",
+        "async total = until the write's future completed (a done-callback on its future).",
+        f"Overlap: step 4 ran while the async write was in flight; the write was {flight}; "
+        f"{res['flight_n'] - 1} more step(s) started while it was (--flight-steps); the wait for it "
+        f"afterwards took {res['wait_s']:.2f} s. Step s = step 3 (no write); write in flight = the mean "
+        "of step 4 and those steps.",
         "Step times (s, max over ranks): " + ", ".join(f"step {k} {v:.3f}" for k, v in s.items()) + ".",
         "Resume load s: CheckpointManager.load() of the folder just written; the page cache may serve it.",
         *detail,
@@ -464,7 +494,9 @@ def environment(cfg: Any, trainer: Any, res: dict[str, Any]) -> list[str]:
         f"AC {cfg.activation_checkpoint.mode}, compile {'on' if cfg.compile.enable else 'off'}, "
         f"deterministic {cfg.run.deterministic}",
         f"- checkpoint folder: {trainer.checkpointer.root} on {_mount_of(trainer.checkpointer.root.parent)}, "
-        f"{res['free_gb']:.1f} GB free before the first save; DCP FileSystemWriter, async on a gloo group",
+        f"{res['free_gb']:.1f} GB free before the first save; DCP FileSystemWriter, async on a gloo group, "
+        f"written by a {trainer.checkpointer.writer} (checkpoint.async_writer = "
+        f"{cfg.checkpoint.async_writer!r})",
     ]
 
 
@@ -498,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(cfg)
     ok, text = False, ""
     try:
-        res = Bench(trainer).run(opts.keep)
+        res = Bench(trainer).run(opts.keep, opts.flight_steps)
         res["fit_line"] = fit_line
         ok, text = report(res, cfg, label, world, trainer)
     finally:

@@ -17,15 +17,17 @@ checkpoint.initial_load_path; else a fresh start. See trainer/checkpoint_folders
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import pickle
 import random
+import signal
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -38,6 +40,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+
+try:
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+except ImportError:  # an older torch: async saves are written by a thread
+    AsyncCheckpointerType = None  # type: ignore[assignment,misc]  # noqa: N816
 
 from trainer.checkpoint_folders import (
     STEP_RE,
@@ -58,7 +65,11 @@ from trainer.checkpoint_memory import (
     async_shortfall,
     filesystem_type,
     mem_available,
+    open_file_limit,
+    shm_free,
     state_bytes,
+    storage_count,
+    writer_process_shortfall,
 )
 from trainer.log import logger
 from trainer.preemption import PreemptionWatcher
@@ -94,9 +105,10 @@ def reseed_rng(seed: int, step: int, rank: int) -> None:
     torch.manual_seed(derived)  # also seeds every CUDA device
 
 
-def make_async_stager(on_cuda: bool) -> tuple[Any | None, str]:
+def make_async_stager(on_cuda: bool, shared: bool = False) -> tuple[Any | None, str]:
     """(stager, what it does) for dcp.async_save: the host copy of the state is allocated on the first
-    async save and reused by every later one, pinned with non-blocking copies on CUDA.
+    async save and reused by every later one, pinned with non-blocking copies on CUDA, and in shared
+    memory when `shared` (a writer process then maps it instead of receiving a pickled copy).
 
     Without reuse, each async save allocated the whole state again (48 GB per rank for Llama-3 8B on
     2 ranks) in pageable memory, where device-to-host copies are slow and the first touch of fresh
@@ -134,14 +146,16 @@ def make_async_stager(on_cuda: bool) -> tuple[Any | None, str]:
 
     # Pinning and non-blocking copies need CUDA (DefaultStager refuses non_blocking without an
     # accelerator); on CPU the cached copy is plain host memory.
-    options = StagingOptions(use_pinned_memory=on_cuda, use_shared_memory=False,
+    options = StagingOptions(use_pinned_memory=on_cuda, use_shared_memory=shared,
                              use_async_staging=False, use_non_blocking_copy=on_cuda)
-    problem = _reuse_problem(ReusedStager)
+    problem = _reuse_problem(ReusedStager, shared)
     if problem is not None:
         return None, (f"torch {torch.__version__}'s DefaultStager cannot stage twice ({problem}): "
                       "each async save stages into fresh, unpinned CPU memory")
     what = ("pinned host memory, allocated once and reused, non-blocking device-to-host copies"
             if on_cuda else "CPU memory allocated once and reused (no CUDA: not pinned)")
+    if shared:
+        what += ", in shared memory (read by the writer process)"
     return ReusedStager(options), what
 
 
@@ -149,13 +163,13 @@ def _keep_open() -> None:
     pass
 
 
-def _reuse_problem(stager_cls: Any) -> str | None:
+def _reuse_problem(stager_cls: Any, shared: bool = False) -> str | None:
     """Why a stager of this class cannot stage a small CPU state twice into the same host copy
     (None: it can). Checked once per run, so a torch whose staging internals differ from the ones
     ReusedStager knows falls back to fresh copies instead of failing at the second checkpoint."""
     from torch.distributed.checkpoint.staging import StagingOptions
 
-    probe = stager_cls(StagingOptions(use_pinned_memory=False, use_shared_memory=False,
+    probe = stager_cls(StagingOptions(use_pinned_memory=False, use_shared_memory=shared,
                                       use_async_staging=False, use_non_blocking_copy=False))
     src = {"t": torch.arange(4.0), "meta": {"step": 1, "name": "probe", "pair": (1, 2.0)}}
     try:
@@ -171,6 +185,27 @@ def _reuse_problem(stager_cls: Any) -> str | None:
     finally:
         probe.close()
     return None
+
+
+# The writer process inherits a blocked signal mask from the thread that starts it, which inherits it
+# from the thread that called async_save: SIGUSR1 (the preemption signal, which Slurm's --signal
+# without B: sends to every process of the job's steps) then cannot end a writer in the middle of a
+# write. SIGTERM stays deliverable: multiprocessing stops daemon processes with it at exit.
+_CHILD_BLOCKED_SIGNALS: tuple[int, ...] = (signal.SIGUSR1,) if hasattr(signal, "SIGUSR1") else ()
+
+
+@contextlib.contextmanager
+def _signals_blocked(signals: tuple[int, ...]) -> Iterator[None]:
+    """Block `signals` in this thread (and threads it starts) for the duration. A signal sent to the
+    process meanwhile is taken by another thread or stays pending: Python's handler still runs."""
+    if not signals or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 @dataclass
@@ -198,6 +233,8 @@ class CheckpointManager:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.async_mode = self.cfg.async_mode == "async"
+        # "process" or "thread"; the first async save may fall back to "thread" (_async_fits).
+        self.writer = self.cfg.async_writer
         # DCP's own collectives (plan exchange, the final metadata gather) run on a dedicated gloo
         # group: the async writer thread then never interleaves with the training collectives, and a
         # slow write is not cut off by the short train timeout of the default group.
@@ -354,13 +391,21 @@ class CheckpointManager:
         # cannot change what is being written; the reused stager (or, on old torch, the writer
         # itself, a BlockingAsyncStager) makes that copy.
         stager = self._async_stager()
-        kwargs = {} if stager is None else {"async_stager": stager}
-        response = dcp.async_save(state, storage_writer=writer, process_group=self.group, **kwargs)
+        kwargs: dict[str, Any] = {} if stager is None else {"async_stager": stager}
+        blocked: tuple[int, ...] = ()
+        if self.writer == "process":
+            # DCP starts one writer process per rank at the first save and keeps it for the run;
+            # the staged tensors reach it as shared-memory handles, not as pickled bytes.
+            kwargs["async_checkpointer_type"] = AsyncCheckpointerType.PROCESS
+            blocked = _CHILD_BLOCKED_SIGNALS
+        with _signals_blocked(blocked):
+            response = dcp.async_save(state, storage_writer=writer, process_group=self.group, **kwargs)
         future = getattr(response, "upload_completion", response)
         staged = time.perf_counter() - t0
         self._pending = _Pending(step, path, future, t0, staged)
         self._last_saved = step
-        logger.info(f"checkpoint step-{step}: staged in {staged:.2f}s, writing in the background")
+        logger.info(f"checkpoint step-{step}: staged in {staged:.2f}s, writing in the background "
+                    f"({'a writer process' if self.writer == 'process' else 'a writer thread'})")
 
     def _async_fits(self, state: dict[str, Any]) -> bool:
         """Collective, on the first async save: whether every node can hold the host copies.
@@ -383,13 +428,40 @@ class CheckpointManager:
                         f"checkpoint.async_mode = 'async': on rank {r}, {why}. This run saves with "
                         f"blocking saves instead (checkpoint folder {self.root}). For async saves, "
                         "free host memory, run fewer ranks per node, or use a folder on disk.")
+            elif self.writer == "process":
+                self._check_writer_process(state)
         return self._async_verdict
+
+    def _check_writer_process(self, state: dict[str, Any]) -> None:
+        """Collective: every rank must be able to hand its staged copy to a writer process, else all
+        ranks write from a thread (DCP's writer processes form one group, so it is all or none)."""
+        reason = None
+        if (AsyncCheckpointerType is None
+                or "async_checkpointer_type" not in inspect.signature(dcp.async_save).parameters):
+            reason = f"torch {torch.__version__} has no async_save(async_checkpointer_type=)"
+        else:
+            # Each staged tensor holds a file open: raise the soft limit to the hard one first.
+            limit = open_file_limit(raise_soft=True)
+            fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
+            reason = writer_process_shortfall(
+                state_bytes(state), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), shm_free(),
+                storage_count(state), limit, fds)
+        reasons: list[str | None] = [None] * self.world_size
+        dist.all_gather_object(reasons, reason, group=self.group)
+        bad = [(r, why) for r, why in enumerate(reasons) if why is not None]
+        if bad:
+            self.writer = "thread"
+            if self.rank == 0:
+                r, why = bad[0]
+                logger.warning(
+                    f"checkpoint.async_writer = 'process': on rank {r}, {why}. This run's async saves "
+                    "are written by a thread of the training process instead.")
 
     def _async_stager(self) -> Any | None:
         if not self._stager_checked:
             self._stager_checked = True
             on_cuda = any(p.device.type == "cuda" for p in self.trainer.model.parameters())
-            self._stager, what = make_async_stager(on_cuda)
+            self._stager, what = make_async_stager(on_cuda, shared=self.writer == "process")
             if self._stager is not None:
                 logger.info(f"checkpoint: async saves stage into {what}")
             else:
@@ -471,6 +543,13 @@ class CheckpointManager:
             return False
         if self.rank == 0:
             logger.warning(f"preemption signal: saving a checkpoint of step {self.trainer.step}")
+        try:
+            # The signal may also have ended the writer processes (launchers signal the whole
+            # process group): a write they left unfinished must not stop the save of this step.
+            self._wait()
+        except RuntimeError as exc:
+            logger.error(f"{exc}; its folder stays incomplete and is not used for a resume")
+            self._last_saved = -1  # it may have been this very step: save it again below
         self.save(self.trainer.step, blocking=True)
         return True
 

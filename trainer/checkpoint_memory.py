@@ -11,6 +11,7 @@ to blocking saves instead, with a warning that says why.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,67 @@ def async_shortfall(rank_bytes: int, local_ranks: int, available: int | None,
                if folder_in_ram else ""))
     return (f"an async save needs {what} + headroom = {need / gb:.1f} GB, but the node has "
             f"{available / gb:.1f} GB available")
+
+
+SHM_FOLDER = "/dev/shm"
+
+
+def storage_count(state: Any) -> int:
+    """Tensors in a (nested) state dict: each becomes one shared-memory file, held open by the
+    training process for the run, when a writer process stages it (trainer/checkpoint.py)."""
+    if isinstance(state, torch.Tensor):
+        return 1
+    if isinstance(state, dict):
+        return sum(storage_count(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(storage_count(v) for v in state)
+    return 0
+
+
+def shm_free(folder: str = SHM_FOLDER) -> int | None:
+    """Free bytes of the shared-memory filesystem, or None where there is none (not Linux)."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def open_file_limit(raise_soft: bool = True) -> int | None:
+    """The soft limit on open files of this process, first raised to the hard limit if allowed;
+    None where resource limits do not exist."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if raise_soft and soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def writer_process_shortfall(rank_bytes: int, local_ranks: int, free_shm: int | None,
+                             storages: int, fd_limit: int | None, open_fds: int) -> str | None:
+    """Why a writer process cannot take this rank's async saves (None if it can).
+
+    It reads the staged copy from shared memory: every rank of the node stages into the shared-memory
+    filesystem at once, and each staged tensor keeps one file descriptor open in the training
+    process. Containers often mount a small /dev/shm (Docker's default is 64 MB) or limit open files.
+    """
+    gb = 1e9
+    if free_shm is None:
+        return f"there is no shared-memory filesystem at {SHM_FOLDER}"
+    node = rank_bytes * local_ranks
+    need = node + int(HEADROOM_FRACTION * node)
+    if need > free_shm:
+        return (f"the staged copies of {local_ranks} rank(s) need {need / gb:.1f} GB in {SHM_FOLDER}, "
+                f"which has {free_shm / gb:.1f} GB free (e.g. docker run --shm-size, or a larger tmpfs)")
+    # Headroom for the files, sockets and CUDA handles the run opens after the first save.
+    spare = 256
+    if fd_limit is not None and open_fds + storages + spare > fd_limit:
+        return (f"staging {storages} tensors keeps {storages} files open, and with the {open_fds} already "
+                f"open that passes the open-file limit of {fd_limit} (raise it with ulimit -n)")
+    return None

@@ -124,17 +124,21 @@ def reference(dump) -> dict[int, float]:
     return ref
 
 
-def test_stop_and_resume_is_bitwise_identical_with_async_save(dump, reference):
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_stop_and_resume_is_bitwise_identical_with_async_save(dump, reference, writer):
     # 10 steps with async saves (step 5 is written while steps 6-10 train), exit, resume to 20.
-    proc = launch(dump, "resumed", 2, "--training.steps=10", "--checkpoint.interval=5",
-                  "--checkpoint.async_mode=async")
-    # The FSDP (DTensor) state went through the reused staging buffers, not a fresh copy per save.
+    name = f"resumed-{writer}"
+    flags = ("--checkpoint.async_mode=async", f"--checkpoint.async_writer={writer}")
+    proc = launch(dump, name, 2, "--training.steps=10", "--checkpoint.interval=5", *flags)
+    # The FSDP (DTensor) state went through the reused staging buffers, not a fresh copy per save
+    # (in shared memory for the writer processes).
     assert "async saves stage into CPU memory allocated once and reused" in proc.stderr
-    assert saved_state(dump / "resumed" / "checkpoint" / "step-10") == \
+    assert f"writing in the background (a writer {writer})" in proc.stderr
+    assert saved_state(dump / name / "checkpoint" / "step-10") == \
         {"next_index": 80, "step": 10, "tokens_seen": 80 * 64}
-    proc = launch(dump, "resumed", 2, "--checkpoint.async_mode=async")
+    proc = launch(dump, name, 2, *flags)
     assert "resumed from" in proc.stderr and "step-10" in proc.stderr
-    got = losses(dump / "resumed")
+    got = losses(dump / name)
     for step in range(11, STEPS + 1):
         assert got[step] == reference[step], (step, got[step], reference[step])
 

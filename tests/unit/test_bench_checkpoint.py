@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import re
 import subprocess
 import sys
 import warnings
@@ -55,7 +56,13 @@ def test_bench_saves_overlaps_and_resumes_bitwise_on_two_ranks(tmp_path):
     assert "resume check: PASSED" in printed
     assert "loss, grad norm, weights and stream bitwise equal" in printed
     times = {k: float(row[k]) for k in ("sync save s", "async staging s", "async total s", "step s",
-                                        "step s, save in flight", "resume load s")}
+                                        "resume load s")}
+    # The mean over step 4 and the --flight-steps steps that started while the write was in flight.
+    m = re.fullmatch(r"([0-9.]+) \(mean of (\d+)\)", row["step s, write in flight"])
+    assert m is not None, row
+    times["write in flight"], n_flight = float(m.group(1)), int(m.group(2))
+    assert 1 <= n_flight <= 9  # step 4 + at most the default 8
+    assert printed.count("(write in flight) ") == n_flight - 1
     assert all(v > 0 for v in times.values()), row
     assert times["async total s"] >= times["async staging s"]
     # --keep leaves the async checkpoint (step 3) and only it: the sync one (step 2) was deleted.

@@ -435,3 +435,96 @@ def test_a_stager_that_cannot_stage_twice_falls_back_to_fresh_copies(monkeypatch
     stager, what = make_async_stager(False)
     assert stager is None
     assert "cannot stage twice (KeyError" in what and "fresh, unpinned CPU memory" in what
+
+
+def writer_processes() -> list[int]:
+    """This process's children started by multiprocessing's spawn: DCP's writer process."""
+    pids = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue  # a thread that ended meanwhile
+    out = []
+    for pid in pids:
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def blocks(pid: int, sig: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    raise AssertionError(f"no SigBlk line for {pid}")
+
+
+linux_only = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+
+
+@linux_only
+def test_writer_process_writes_resumable_checkpoints_and_survives_sigusr1(tmp_path):
+    t, mgr = start(tmp_path, interval=2, async_mode="async", async_writer="process")
+    run(t, 2, mgr)  # step 2 goes to the writer process
+    assert mgr.writer == "process" and mgr._pending is not None
+    # The mask that the writer inherited is not left on the training thread.
+    assert signal.SIGUSR1 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    mgr._wait()
+    writers = writer_processes()
+    assert writers, "no writer process found"
+    # The preemption signal, sent to every process of a job step, must not end a write midway.
+    assert all(blocks(pid, signal.SIGUSR1) for pid in writers)
+    for pid in writers:
+        os.kill(pid, signal.SIGUSR1)
+    run(t, 2, mgr)  # step 4 goes to the same writer process, which is still there
+    weights = {k: v.clone() for k, v in t.model.state_dict().items()}
+    mgr.close()
+    assert set(writers) <= set(writer_processes())
+    assert steps_on_disk(tmp_path) == ["step-2", "step-4"]
+    t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 4 and all(torch.equal(v, weights[k]) for k, v in t2.model.state_dict().items())
+    mgr2.close()
+
+
+def test_writer_process_without_room_in_shared_memory_writes_from_a_thread(tmp_path, monkeypatch):
+    import trainer.checkpoint as ckpt
+
+    monkeypatch.setattr(ckpt, "shm_free", lambda: 10**3)  # 1 kB of /dev/shm
+    t, mgr = start(tmp_path, interval=2, async_mode="async", async_writer="process")
+    with captured_warnings() as warnings:
+        run(t, 2, mgr)
+    assert mgr.async_mode and mgr.writer == "thread" and mgr._pending is not None
+    assert any("async_writer = 'process'" in w and "/dev/shm" in w and "by a thread" in w
+               for w in warnings), warnings
+    mgr.close()
+    assert (tmp_path / "checkpoint" / "step-2" / ".metadata").exists()
+
+
+@linux_only
+def test_preemption_saves_its_step_when_the_writer_process_was_killed(tmp_path):
+    """Launchers that signal a whole process group (torchrun on SIGTERM, Slurm) end the writer
+    process too; the write it left half done must not stop the save of the preempted step."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    t, mgr = start(tmp_path, interval=2, async_mode="async", async_writer="process")
+    mgr.writer_factory = SlowWriter
+    try:
+        run(t, 2, mgr)  # step 2: the writer process sleeps a second in write_data
+        assert mgr._pending is not None and not mgr._pending.future.done()
+        for pid in writer_processes():
+            os.kill(pid, signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        with captured_warnings() as logged:
+            assert mgr.preempted()  # waits for the failed write, then saves step 2 itself, blocking
+        mgr.close()
+        assert any("step-2 failed" in m and "not used for a resume" in m for m in logged), logged
+    finally:
+        # DCP keeps one writer process per training process; later tests need a live one.
+        executor._CHECKPOINT_PROCESS = None
+    assert steps_on_disk(tmp_path) == ["step-2"]
+    t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 2
+    mgr2.close()

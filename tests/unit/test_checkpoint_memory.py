@@ -47,3 +47,21 @@ def test_shortfall_counts_every_local_rank_and_ram_folders():
     assert "200.0 GB available" in why
     assert async_shortfall(48 * GB, 2, 100 * GB, folder_in_ram=False) is not None  # 96 + headroom
     assert async_shortfall(48 * GB, 2, None, folder_in_ram=True) is None  # unknown: no verdict
+
+
+def test_writer_process_needs_shared_memory_and_file_descriptors():
+    from trainer.checkpoint_memory import storage_count, writer_process_shortfall
+
+    state = {"model": {"w": torch.zeros(4), "b": torch.zeros(2)}, "optimizer": [torch.zeros(1)] * 3,
+             "train": {"step": 3}}
+    assert storage_count(state) == 5
+    # 48 GB per rank, 2 ranks: 96 GB + 10% must fit in /dev/shm.
+    assert writer_process_shortfall(48 * GB, 2, 120 * GB, 900, 20000, 50) is None
+    why = writer_process_shortfall(48 * GB, 2, 64 * 10**6, 900, 20000, 50)  # Docker's default 64 MB
+    assert why is not None and "/dev/shm" in why and "105.6 GB" in why and "0.1 GB free" in why
+    assert "--shm-size" in why
+    # One open file per staged tensor: 900 tensors + 50 open + spare do not fit under 1024.
+    why = writer_process_shortfall(GB, 1, 120 * GB, 900, 1024, 50)
+    assert why is not None and "900 tensors" in why and "1024" in why and "ulimit -n" in why
+    assert writer_process_shortfall(GB, 1, 120 * GB, 900, None, 50) is None  # no limit
+    assert "no shared-memory filesystem" in writer_process_shortfall(GB, 1, None, 9, None, 0)

@@ -32,6 +32,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "parallelism.fsdp_reduce_scatter": ("nccl", "symmetric_memory"),
     "activation_checkpoint.mode": ("none", "full", "selective", "memory_budget"),
     "checkpoint.async_mode": ("disabled", "async"),
+    "checkpoint.async_writer": ("process", "thread"),
     "optimizer.name": ("AdamW",),
     "lr_scheduler.decay_type": ("cosine", "linear", "wsd"),
     "float8.recipe": ("tensorwise", "rowwise"),

@@ -132,6 +132,10 @@ class Checkpoint:
     """Keep this many complete checkpoints (>= 2); 0 keeps all."""
     async_mode: str = "disabled"
     """disabled (blocking save) or async (save in the background on its own gloo group)."""
+    async_writer: str = "thread"
+    """With async_mode = async, what writes the staged copy: "thread" (a thread of the training
+    process) or "process" (one writer process per rank, started at the first async save, reading the
+    copy from shared memory, so the write does not compete with the training loop for the GIL)."""
     initial_load_path: str = ""
     """Start a new run from this checkpoint folder (step-N) when the run has none of its own."""
     initial_load_model_only: bool = True
