@@ -1,0 +1,269 @@
+"""Convert Llama-3 weights between titankit checkpoints and Hugging Face's safetensors layout.
+
+    # a titankit step folder -> a folder LlamaForCausalLM.from_pretrained (or vLLM) loads
+    python scripts/convert_checkpoint.py to-hf outputs/llama3_8b/checkpoint/step-1000 /data/my-8b-hf
+    # Hugging Face Llama-3 weights -> a step folder to start a run from (model weights only)
+    python scripts/convert_checkpoint.py from-hf /data/Meta-Llama-3.1-8B /data/llama31-8b-titankit \
+        --config configs/llama3_8b.toml
+    # then train with: --checkpoint.initial_load_path=/data/llama31-8b-titankit
+
+to-hf reads the run's own resolved config (config.toml in the run folder, two levels above the step
+folder) unless --config is given, loads one safetensors shard's worth of tensors at a time (so the
+host needs about --shard-gb of memory, not the whole model), and writes bf16 by default. from-hf
+checks config.json and every tensor's shape against the titankit model of --config (plus any
+--section.key=value overrides) and stores the weights in their own dtype; the trainer's load
+converts them to its fp32 parameters. Only the model weights cross over: no optimizer state, data
+position or tokenizer (titankit's tokenizer is data.tokenizer: "bytes" has no Hugging Face
+counterpart). The output folder must not exist yet; it appears only once complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DTYPES = {"bfloat16", "float32", "float16"}
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    sub = p.add_subparsers(dest="direction", required=True)
+    to = sub.add_parser("to-hf", help="a titankit step folder -> Hugging Face safetensors + config.json")
+    to.add_argument("step", help="a complete checkpoint folder, e.g. <run>/checkpoint/step-1000")
+    to.add_argument("out", help="the folder to create")
+    to.add_argument("--config", default="", help="the run's TOML (default: config.toml of the step's run folder)")
+    to.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="dtype of the written weights")
+    to.add_argument("--shard-gb", type=float, default=5.0, help="largest safetensors file, GB")
+    back = sub.add_parser("from-hf", help="Hugging Face Llama weights -> a titankit step folder (weights only)")
+    back.add_argument("hf", help="a folder with config.json and model*.safetensors")
+    back.add_argument("out", help="the folder to create; then set checkpoint.initial_load_path to it")
+    back.add_argument("--config", required=True, help="the TOML of the runs that will start from these weights")
+    opts, rest = p.parse_known_args(argv)
+    bad = [a for a in rest if not a.startswith("--")]
+    if bad:
+        raise ValueError(f"unexpected argument {bad[0]!r}: config overrides are --section.key=value")
+    if opts.direction == "to-hf" and opts.shard_gb <= 0:
+        raise ValueError("--shard-gb must be > 0")
+    return opts, rest
+
+
+def model_args(config: str, overrides: list[str]) -> Any:
+    """The Llama args of a titankit config (with overrides); ValueError for another model family."""
+    from trainer.config import load_config, resolve_model_args
+
+    with warnings.catch_warnings():  # its warnings are about training settings, not the model
+        warnings.simplefilter("ignore", UserWarning)
+        cfg = load_config(["--config", config, *overrides])
+    if cfg.model.name != "llama3":
+        raise ValueError(f"{config}: model.name = {cfg.model.name!r}; only llama3 (dense) converts to "
+                         "and from Hugging Face's LlamaForCausalLM")
+    return resolve_model_args(cfg)
+
+
+def expected_shapes(args: Any) -> dict[str, tuple[int, ...]]:
+    """titankit parameter name -> shape, from a model built on the meta device."""
+    import torch
+
+    from trainer.models.llama import Llama
+
+    with torch.device("meta"):
+        model = Llama(args)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def fresh_output(out: Path) -> Path:
+    """A temporary folder beside `out` to write into; `out` itself must not exist."""
+    if out.exists():
+        raise ValueError(f"{out} already exists; give a new folder (nothing was written)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+
+
+def finish(tmp: Path, out: Path) -> None:
+    """Make the complete folder appear under its name in one step (a rename within one filesystem),
+    with the permissions of a folder made normally (mkdtemp and some writers create private ones)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [tmp, *tmp.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+    os.replace(tmp, out)
+
+
+def plan_shards(names: list[str], sizes: dict[str, int], limit: int) -> list[list[str]]:
+    """Consecutive groups of names of at most `limit` bytes each (a larger tensor gets its own)."""
+    shards: list[list[str]] = []
+    used = 0
+    for name in names:
+        if not shards or (used + sizes[name] > limit and shards[-1]):
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += sizes[name]
+    return shards
+
+
+def to_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import save_file
+
+    from trainer.checkpoint_folders import check_model_fits, incomplete_reason, read_metadata
+    from trainer.models.hf_llama import hf_config, to_hf_name, to_hf_tensor
+
+    step, out = Path(opts.step), Path(opts.out)
+    reason = incomplete_reason(step) if step.is_dir() else "no such folder"
+    if reason is not None:
+        raise ValueError(f"{step} is not a complete checkpoint: {reason}")
+    config = Path(opts.config) if opts.config else step.resolve().parent.parent / "config.toml"
+    if not config.is_file():
+        raise ValueError(f"{config}: no such file; pass --config with the TOML the run was trained with")
+    args = model_args(str(config), overrides)
+    shapes = expected_shapes(args)
+    metadata = read_metadata(step)
+    template = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
+    check_model_fits(metadata, template, step)  # names the first key whose shape differs
+    dtype = getattr(torch, opts.dtype)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    sizes = {k: itemsize * int(torch.Size(s).numel()) for k, s in shapes.items()}
+    shards = plan_shards(list(shapes), sizes, int(opts.shard_gb * 1e9))
+    tmp = fresh_output(out)
+    try:
+        weight_map: dict[str, str] = {}
+        for i, names in enumerate(shards):
+            part = {"model": {k: torch.empty(shapes[k], dtype=metadata.state_dict_metadata[f"model.{k}"]
+                                             .properties.dtype) for k in names}}
+            with warnings.catch_warnings():  # "assuming the intent is to load in a single process": yes
+                warnings.simplefilter("ignore", UserWarning)
+                dcp.load(part, checkpoint_id=str(step), no_dist=True)
+            file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            tensors = {to_hf_name(k): to_hf_tensor(k, v, args).to(dtype).contiguous()
+                       for k, v in part["model"].items()}
+            save_file(tensors, str(tmp / file), metadata={"format": "pt"})
+            weight_map.update({name: file for name in tensors})
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps(hf_config(args, dtype), indent=2) + "\n")
+        finish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def hf_tensors(hf: Path) -> dict[str, Path]:
+    """Hugging Face tensor name -> the safetensors file holding it."""
+    index = hf / "model.safetensors.index.json"
+    if index.is_file():
+        return {k: hf / v for k, v in json.loads(index.read_text())["weight_map"].items()}
+    single = hf / "model.safetensors"
+    if not single.is_file():
+        raise ValueError(f"{hf}: neither model.safetensors.index.json nor model.safetensors "
+                         "(a folder as Hugging Face's save_pretrained writes it)")
+    from safetensors import safe_open
+
+    with safe_open(str(single), framework="pt") as f:
+        return {k: single for k in f.keys()}
+
+
+def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
+    import torch.distributed.checkpoint as dcp
+    from safetensors import safe_open
+
+    from trainer.models.hf_llama import config_mismatches, from_hf_name, from_hf_tensor
+
+    hf, out = Path(opts.hf), Path(opts.out)
+    cfg_file = hf / "config.json"
+    if not cfg_file.is_file():
+        raise ValueError(f"{cfg_file}: no such file (a Hugging Face model folder has one)")
+    hf_cfg = json.loads(cfg_file.read_text())
+    args = model_args(opts.config, overrides)
+    wrong = config_mismatches(hf_cfg, args)
+    if wrong:
+        raise ValueError(f"{cfg_file} does not describe the model of {opts.config}:\n  " + "\n  ".join(wrong)
+                         + "\nchoose the matching model.flavor or set model.overrides")
+    shapes = expected_shapes(args)
+    where = hf_tensors(hf)
+    names: dict[str, str] = {}  # titankit name -> Hugging Face name
+    for hf_name in where:
+        if hf_name.endswith("rotary_emb.inv_freq"):
+            continue  # a buffer some older exports saved; titankit computes its own table
+        try:
+            names[from_hf_name(hf_name)] = hf_name
+        except KeyError as exc:
+            raise ValueError(f"{hf}: tensor {hf_name!r} has no titankit counterpart ({exc.args[0]})") from None
+    tied = "output.weight" not in names and hf_cfg.get("tie_word_embeddings", False)
+    if tied:
+        names["output.weight"] = names.get("tok_embeddings.weight", "model.embed_tokens.weight")
+    extra = [k for k in names if k not in shapes]
+    if extra:
+        raise ValueError(f"{hf}: tensor {names[extra[0]]!r} ({extra[0]}) is not in the titankit model of "
+                         f"{opts.config} (n_layers = {args.n_layers}); {len(extra)} such tensors")
+    missing = [k for k in shapes if k not in names]
+    if missing:
+        raise ValueError(f"{hf}: no tensor for {missing[0]!r} (Hugging Face name {_hf_name_or(missing[0])}); "
+                         f"{len(missing)} missing in all")
+    state: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        handles: dict[Path, Any] = {}
+        for name, hf_name in names.items():
+            path = where[hf_name]
+            if path not in handles:
+                handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
+            w = from_hf_tensor(name, handles[path].get_tensor(hf_name), args)
+            if tuple(w.shape) != shapes[name]:
+                raise ValueError(f"{path}: {hf_name} has shape {tuple(w.shape)}, but the titankit model "
+                                 f"expects {shapes[name]} for {name}")
+            state[name] = w
+    tmp = fresh_output(out)
+    try:
+        with warnings.catch_warnings():  # "assuming the intent is to save in a single process": yes
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.save({"model": state}, checkpoint_id=str(tmp), no_dist=True)
+        finish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _hf_name_or(name: str) -> str:
+    from trainer.models.hf_llama import to_hf_name
+
+    try:
+        return repr(to_hf_name(name))
+    except KeyError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainer.config import ConfigError
+
+    try:
+        opts, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+        if opts.direction == "to-hf":
+            out = to_hf(opts, overrides)
+            print(f"wrote {out}: config.json and safetensors ({opts.dtype}); load it with "
+                  "transformers.LlamaForCausalLM.from_pretrained")
+        else:
+            out = from_hf(opts, overrides)
+            print(f"wrote {out} (model weights only); start a run from it with "
+                  f"--checkpoint.initial_load_path={out}")
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""scripts/convert_checkpoint.py: titankit checkpoints to and from Hugging Face's Llama layout.
+
+What a user relies on: an exported run computes the same logits in transformers' LlamaForCausalLM
+as in titankit; Hugging Face weights imported and trained from give the same first step as the
+weights they came from; a wrong config, an existing output folder or an incomplete checkpoint is
+refused with a message that names it, and no partial folder is left behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from tests.helpers.cpu import cpu_env
+from trainer.config import load_config, resolve_model_args
+from trainer.models.hf_llama import from_hf_name, from_hf_tensor, to_hf_name, to_hf_tensor
+from trainer.models.llama import Llama
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "convert_checkpoint.py"
+_spec = importlib.util.spec_from_file_location("convert_checkpoint", SCRIPT)
+convert = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(convert)
+
+# RoPE with a short original context, so that the Llama-3.1 scaling moves most frequencies of the
+# debug model's 16-wide heads: a wrong scaling or pairing in the export shows in the logits.
+MODEL = ["--model.overrides.rope_theta=10000", "--model.overrides.rope_original_max_seq_len=16",
+         "--training.seq_len=64", "--training.local_batch_size=2", "--lr_scheduler.warmup_steps=1"]
+
+
+def train(dump: Path, name: str, steps: int, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "trainer.train", "--config", "configs/debug.toml", *MODEL,
+           f"--run.dump_folder={dump}", f"--run.name={name}", f"--training.steps={steps}",
+           f"--data.cache_dir={dump / 'cache'}", "--metrics.log_freq=1", *extra]
+    env = cpu_env(OMP_NUM_THREADS="1")
+    env.pop("WANDB_API_KEY", None)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def first_loss(run_dir: Path) -> float:
+    return json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])["loss_metrics/global_avg_loss"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A real run of the debug model: 3 steps, checkpoint step-3 (weights moved off their init)."""
+    dump = tmp_path_factory.mktemp("convert")
+    train(dump, "src", 3, "--checkpoint.enable", "--checkpoint.interval=3")
+    return dump
+
+
+def titankit_model(run: Path, step_dir: Path) -> Llama:
+    args = resolve_model_args(load_config(["--config", str(run / "src" / "config.toml")]))
+    model = Llama(args)
+    model.init_weights()
+    state = {"model": {k: v for k, v in model.state_dict().items() if k != "rope_cache"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(step_dir), no_dist=True)
+    model.load_state_dict(state["model"], strict=False)
+    return model.eval()
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, str(SCRIPT), *argv], cwd=ROOT, env=cpu_env(),
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_rope_rows_move_and_come_back():
+    args = resolve_model_args(load_config(["--config", "configs/debug.toml"]))
+    w = torch.randn(args.n_heads * args.head_dim, args.dim)
+    hf = to_hf_tensor("layers.0.attention.wq.weight", w, args)
+    # Head 0: HF row 1 (first half, pair 1) is Meta's row 2; HF row D/2 (second half, pair 0) is
+    # Meta's row 1.
+    assert torch.equal(hf[1], w[2]) and torch.equal(hf[args.head_dim // 2], w[1])
+    assert torch.equal(from_hf_tensor("layers.0.attention.wq.weight", hf, args), w)
+    wv = torch.randn(args.kv_heads * args.head_dim, args.dim)
+    assert torch.equal(to_hf_tensor("layers.0.attention.wv.weight", wv, args), wv)  # not rotated
+    for name in ("tok_embeddings.weight", "layers.3.feed_forward.w2.weight", "output.weight",
+                 "layers.0.ffn_norm.weight", "norm.weight"):
+        assert from_hf_name(to_hf_name(name)) == name
+    with pytest.raises(KeyError, match="rope_cache"):
+        to_hf_name("rope_cache")
+
+
+def test_export_computes_the_same_logits_in_transformers(run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    step = run / "src" / "checkpoint" / "step-3"
+    code, out = cli("to-hf", str(step), str(tmp_path / "hf"), "--dtype", "float32")
+    assert code == 0, out
+    ours = titankit_model(run, step)
+    theirs = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
+    tokens = torch.randint(0, ours.args.vocab_size, (2, 200), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b = ours(tokens).float(), theirs(tokens).logits.float()
+    assert (a - b).abs().max().item() < 1e-4, (a - b).abs().max().item()
+
+
+def test_export_shards_bf16_with_an_index(run, tmp_path):
+    from safetensors import safe_open
+
+    step = run / "src" / "checkpoint" / "step-3"
+    code, out = cli("to-hf", str(step), str(tmp_path / "hf"), "--shard-gb", "0.001")
+    assert code == 0, out
+    hf = tmp_path / "hf"
+    index = json.loads((hf / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in hf.glob("*.safetensors"))
+    assert len(files) > 1 and sorted(set(index["weight_map"].values())) == files
+    model = titankit_model(run, step)
+    names = [k for k in model.state_dict() if k != "rope_cache"]
+    assert sorted(index["weight_map"]) == sorted(to_hf_name(k) for k in names)
+    total = 0
+    for name in names:
+        with safe_open(str(hf / index["weight_map"][to_hf_name(name)]), framework="pt") as f:
+            t = f.get_tensor(to_hf_name(name))
+        assert t.dtype == torch.bfloat16
+        total += t.numel() * 2
+    assert index["metadata"]["total_size"] == total
+    assert json.loads((hf / "config.json").read_text())["torch_dtype"] == "bfloat16"
+
+
+def test_import_round_trip_is_bitwise_and_trains_like_its_source(run, tmp_path):
+    step = run / "src" / "checkpoint" / "step-3"
+    config = str(run / "src" / "config.toml")
+    assert cli("to-hf", str(step), str(tmp_path / "hf"), "--dtype", "float32")[0] == 0
+    code, out = cli("from-hf", str(tmp_path / "hf"), str(tmp_path / "imported"), "--config", config)
+    assert code == 0 and "--checkpoint.initial_load_path=" in out, out
+    a = titankit_model(run, step).state_dict()
+    b = titankit_model(run, tmp_path / "imported").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # A run started from the imported weights takes the same first step as one started from the
+    # original checkpoint's weights.
+    for name, path in (("from_source", step), ("from_import", tmp_path / "imported")):
+        proc = train(run, name, 1, f"--checkpoint.initial_load_path={path}", "--checkpoint.enable")
+        assert "loaded the model weights" in proc.stderr
+    assert first_loss(run / "from_source") == first_loss(run / "from_import")
+
+
+def test_import_of_tied_embeddings_copies_them_to_the_output(run, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    step = run / "src" / "checkpoint" / "step-3"
+    assert cli("to-hf", str(step), str(tmp_path / "hf"), "--dtype", "float32")[0] == 0
+    hf = tmp_path / "hf"
+    (file,) = hf.glob("*.safetensors")
+    tensors = load_file(str(file))
+    del tensors["lm_head.weight"]
+    (hf / "model.safetensors.index.json").unlink()
+    file.unlink()
+    save_file(tensors, str(hf / "model.safetensors"))
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    code, out = cli("from-hf", str(hf), str(tmp_path / "imported"), "--config", str(run / "src" / "config.toml"))
+    assert code == 0, out
+    model = titankit_model(run, tmp_path / "imported")
+    assert torch.equal(model.output.weight, model.tok_embeddings.weight)
+
+
+def test_bad_inputs_are_refused_by_name_and_leave_nothing(run, tmp_path):
+    step = run / "src" / "checkpoint" / "step-3"
+    config = str(run / "src" / "config.toml")
+    hf = tmp_path / "hf"
+    assert cli("to-hf", str(step), str(hf))[0] == 0
+    before = sorted(p.name for p in hf.iterdir())
+    code, out = cli("to-hf", str(step), str(hf))
+    assert code == 2 and f"{hf} already exists" in out
+    assert sorted(p.name for p in hf.iterdir()) == before
+    # Another depth: config.json says 4 layers.
+    code, out = cli("from-hf", str(hf), str(tmp_path / "x"), "--config", config, "--model.overrides.n_layers=3")
+    assert code == 2 and "num_hidden_layers = 4, but the titankit model has n_layers = 3" in out
+    # Another RoPE: the logits would differ silently, so it is refused too.
+    code, out = cli("from-hf", str(hf), str(tmp_path / "x"), "--config", config, "--model.overrides.rope_theta=500000")
+    assert code == 2 and "rope_theta = 10000.0, but the titankit model has rope_theta = 500000.0" in out
+    # A tensor of the wrong shape (the config agrees): refused naming the file and the tensor.
+    from safetensors.torch import load_file, save_file
+
+    (file,) = hf.glob("*.safetensors")
+    tensors = load_file(str(file))
+    tensors["model.layers.1.mlp.up_proj.weight"] = tensors["model.layers.1.mlp.up_proj.weight"][:-1].clone()
+    save_file(tensors, str(file))
+    code, out = cli("from-hf", str(hf), str(tmp_path / "x"), "--config", config)
+    assert code == 2 and "model.layers.1.mlp.up_proj.weight has shape" in out and str(file) in out
+    # A step folder without .metadata (a save that never finished).
+    partial = tmp_path / "step-9"
+    partial.mkdir()
+    code, out = cli("to-hf", str(partial), str(tmp_path / "y"))
+    assert code == 2 and "is not a complete checkpoint" in out
+    # A mixture-of-experts config has no LlamaForCausalLM counterpart.
+    code, out = cli("to-hf", str(step), str(tmp_path / "y"), "--config", "configs/debug.toml",
+                    "--model.name=moe", "--model.flavor=moe_debug")
+    assert code == 2 and "only llama3" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "step-9"]  # no output, no .partial
+
+
+def test_shards_stay_under_the_limit():
+    sizes = {"a": 4, "b": 4, "c": 10, "d": 1}
+    assert convert.plan_shards(list(sizes), sizes, 8) == [["a", "b"], ["c"], ["d"]]
+    assert convert.plan_shards(list(sizes), sizes, 100) == [["a", "b", "c", "d"]]
