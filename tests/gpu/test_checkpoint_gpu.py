@@ -4,7 +4,8 @@ torch 2.11 (the GPU machines) emptied its stager after every save, so the second
 run failed; the CPU tests run on the newest torch. Here the real trainer saves four times
 asynchronously (steps 3 and 6, then 9 and 12 after a resume), and the resumed losses must equal those
 of an uninterrupted run bit for bit; the same with the ThunderKittens attention backward. Each
-runs with and without deterministic mode's NaN fill of new tensors (run.deterministic_fill).
+runs with and without deterministic mode's NaN fill of new tensors (run.deterministic_fill). The
+async saves run once more from a writer process (checkpoint.async_writer = "process").
 """
 
 from __future__ import annotations
@@ -63,6 +64,23 @@ def test_repeated_async_saves_on_gpu_resume_exactly(tmp_path, fill):
     assert "resumed from" in second.stderr and "step-6" in second.stderr
     for step in (3, 6, 9, 12):
         assert (tmp_path / "run" / "checkpoint" / f"step-{step}").is_dir(), step
+    _assert_resumed_steps_match(tmp_path)
+
+
+def test_async_saves_from_a_writer_process_resume_exactly(tmp_path):
+    """checkpoint.async_writer = "process": the state is staged into pinned shared memory, which a
+    writer process reads; four saves over two runs (one writer process each), exact resume."""
+    _train(tmp_path, "ref", 12)
+    ckpt = ["--checkpoint.enable", "--checkpoint.interval=3", "--checkpoint.async_mode=async",
+            "--checkpoint.async_writer=process", "--checkpoint.keep_latest_k=0"]
+    first = _train(tmp_path, "run", 6, *ckpt)
+    assert "async saves stage into pinned host memory, allocated once and reused" in first.stderr
+    assert "in shared memory (read by the writer process)" in first.stderr
+    assert "writing in the background (a writer process)" in first.stderr
+    second = _train(tmp_path, "run", 12, *ckpt)
+    assert "resumed from" in second.stderr and "step-6" in second.stderr
+    for step in (3, 6, 9, 12):
+        assert (tmp_path / "run" / "checkpoint" / f"step-{step}" / ".metadata").is_file(), step
     _assert_resumed_steps_match(tmp_path)
 
 
