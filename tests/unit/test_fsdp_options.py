@@ -17,7 +17,7 @@ from tests.helpers.one_rank import one_rank_group
 from trainer.config.schema import JobConfig
 from trainer.parallel.fsdp import grad_sync_interval, reshard_after_last_backward_only
 
-DIMS = SimpleNamespace(tp=1)
+DIMS = SimpleNamespace(tp=1, dp_replicate=1, dp_shard=1, cp=1)  # a one-rank FSDP group
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +54,27 @@ def test_sync_warns_when_gradients_would_accumulate_in_bf16(sharded, caplog, red
     ("every_16_micro_batches", 8, 8), ("every_1_micro_batches", 8, 1), ("every_2_micro_batches", 1, 1)])
 def test_grad_sync_interval(sharded, value, accum, every):
     assert grad_sync_interval(sharded, DIMS, _cfg(fsdp_grad_sync=value), accum, 100) == every
+
+
+def test_auto_sums_unsharded_only_where_nothing_is_communicated(sharded, caplog):
+    """auto = last_micro_batch on a one-rank FSDP group with an fp32 reduce (the same sums, bit for
+    bit); every_micro_batch with a bf16 reduce (the sums would round in bf16), with more ranks (the
+    reduction order would change), without accumulation or without FSDP."""
+    cfg = _cfg(fsdp_grad_sync="auto")
+    with caplog.at_level(logging.INFO):
+        assert grad_sync_interval(sharded, DIMS, cfg, 4, 100) == 4
+    assert any("fsdp_grad_sync = auto: FSDP has one rank" in r.getMessage() for r in caplog.records)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    for dims in (SimpleNamespace(tp=1, dp_replicate=1, dp_shard=2, cp=1),
+                 SimpleNamespace(tp=1, dp_replicate=2, dp_shard=1, cp=1),
+                 SimpleNamespace(tp=1, dp_replicate=1, dp_shard=1, cp=2)):
+        assert grad_sync_interval(sharded, dims, cfg, 4, 100) == 1, dims
+    bf16 = _cfg(fsdp_grad_sync="auto")
+    bf16.training.mixed_precision_reduce = "bfloat16"
+    assert grad_sync_interval(sharded, DIMS, bf16, 4, 100) == 1
+    assert grad_sync_interval(sharded, DIMS, cfg, 1, 100) == 1
+    assert grad_sync_interval(torch.nn.Linear(2, 2), DIMS, cfg, 4, 100) == 1
+    assert JobConfig().parallelism.fsdp_grad_sync == "auto"
 
 
 def test_accumulation_options_apply_only_with_accumulation_and_fsdp(sharded):

@@ -18,7 +18,7 @@ from trainer.config.schema import JobConfig
 DTYPES = ("bfloat16", "float32")
 
 # parallelism.fsdp_grad_sync: one of these names, or "every_N_micro_batches"
-GRAD_SYNC_NAMES = ("every_micro_batch", "last_micro_batch")
+GRAD_SYNC_NAMES = ("auto", "every_micro_batch", "last_micro_batch")
 GRAD_SYNC_EVERY = re.compile(r"every_([1-9][0-9]*)_micro_batches")
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -57,7 +57,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "parallelism.fsdp_prefetch": (lambda v: v >= 1, ">= 1 (1 = FSDP2's default: the next block)"),
     "parallelism.fsdp_grad_sync": (
         lambda v: v in GRAD_SYNC_NAMES or GRAD_SYNC_EVERY.fullmatch(v) is not None,
-        "every_micro_batch, last_micro_batch or every_N_micro_batches (N >= 1, e.g. every_2_micro_batches)"),
+        "auto, every_micro_batch, last_micro_batch or every_N_micro_batches (N >= 1, e.g. "
+        "every_2_micro_batches)"),
     "activation_checkpoint.memory_budget": (lambda v: 0 <= v <= 1, "0 <= memory_budget <= 1"),
     "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),
     "checkpoint.interval": (lambda v: v >= 1, ">= 1"),

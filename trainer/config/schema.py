@@ -82,11 +82,13 @@ class Parallelism:
     """Blocks whose parameters FSDP all-gathers ahead: 1 = FSDP2's own schedule (the next block);
     N > 1 = the next N in forward and the previous N in backward (more memory, more overlap when
     all-gathers are exposed, e.g. across nodes)."""
-    fsdp_grad_sync: str = "every_micro_batch"
+    fsdp_grad_sync: str = "auto"
     """With gradient accumulation: every_micro_batch (reduce-scatter after each micro-batch),
     last_micro_batch (keep unsharded gradients in the reduce dtype until the last micro-batch, then
-    reduce once: fewer collectives and copies, one unsharded gradient copy more memory per rank), or
-    every_N_micro_batches (the same, reducing after every N micro-batches and after the last)."""
+    reduce once: fewer collectives and copies, one unsharded gradient copy more memory per rank),
+    every_N_micro_batches (the same, reducing after every N micro-batches and after the last), or auto:
+    last_micro_batch where FSDP has a single rank and an fp32 reduce (one GPU, or tensor parallelism
+    alone; nothing to communicate, the same sums bit for bit), else every_micro_batch."""
     fsdp_reshard_after_backward: str = "every_micro_batch"
     """With gradient accumulation: every_micro_batch (free the unsharded parameters after each
     micro-batch's backward) or last_micro_batch (keep them until the step's last backward: the
