@@ -82,10 +82,15 @@ def expected_shapes(args: Any) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def fresh_output(out: Path) -> Path:
-    """A temporary folder beside `out` to write into; `out` itself must not exist."""
+def refuse_existing(out: Path) -> None:
+    """Checked first, before any tensor is read: the output must be a new folder."""
     if out.exists():
         raise ValueError(f"{out} already exists; give a new folder (nothing was written)")
+
+
+def fresh_output(out: Path) -> Path:
+    """A temporary folder beside `out` to write into; `out` itself must not exist."""
+    refuse_existing(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
 
@@ -122,6 +127,7 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
     from trainer.models.hf_llama import hf_config, to_hf_name, to_hf_tensor
 
     step, out = Path(opts.step), Path(opts.out)
+    refuse_existing(out)
     reason = incomplete_reason(step) if step.is_dir() else "no such folder"
     if reason is not None:
         raise ValueError(f"{step} is not a complete checkpoint: {reason}")
@@ -183,6 +189,7 @@ def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
     from trainer.models.hf_llama import config_mismatches, from_hf_name, from_hf_tensor
 
     hf, out = Path(opts.hf), Path(opts.out)
+    refuse_existing(out)
     cfg_file = hf / "config.json"
     if not cfg_file.is_file():
         raise ValueError(f"{cfg_file}: no such file (a Hugging Face model folder has one)")

@@ -437,22 +437,20 @@ def test_a_stager_that_cannot_stage_twice_falls_back_to_fresh_copies(monkeypatch
     assert "cannot stage twice (KeyError" in what and "fresh, unpinned CPU memory" in what
 
 
-def writer_processes() -> list[int]:
-    """This process's children started by multiprocessing's spawn: DCP's writer process."""
-    pids = []
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            pids += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue  # a thread that ended meanwhile
-    out = []
-    for pid in pids:
-        try:
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                out.append(pid)
-        except OSError:
-            continue
-    return out
+def writer_pid() -> int:
+    """The pid of DCP's writer process (one per training process, started by the first save)."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    assert executor._CHECKPOINT_PROCESS is not None, "no writer process was started"
+    return executor._CHECKPOINT_PROCESS._save_process.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in state
 
 
 def blocks(pid: int, sig: int) -> bool:
@@ -473,16 +471,14 @@ def test_writer_process_writes_resumable_checkpoints_and_survives_sigusr1(tmp_pa
     # The mask that the writer inherited is not left on the training thread.
     assert signal.SIGUSR1 not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     mgr._wait()
-    writers = writer_processes()
-    assert writers, "no writer process found"
+    pid = writer_pid()
     # The preemption signal, sent to every process of a job step, must not end a write midway.
-    assert all(blocks(pid, signal.SIGUSR1) for pid in writers)
-    for pid in writers:
-        os.kill(pid, signal.SIGUSR1)
+    assert blocks(pid, signal.SIGUSR1)
+    os.kill(pid, signal.SIGUSR1)
     run(t, 2, mgr)  # step 4 goes to the same writer process, which is still there
     weights = {k: v.clone() for k, v in t.model.state_dict().items()}
     mgr.close()
-    assert set(writers) <= set(writer_processes())
+    assert writer_pid() == pid and alive(pid)
     assert steps_on_disk(tmp_path) == ["step-2", "step-4"]
     t2, mgr2 = start(tmp_path, interval=2)
     assert t2.step == 4 and all(torch.equal(v, weights[k]) for k, v in t2.model.state_dict().items())
@@ -514,8 +510,7 @@ def test_preemption_saves_its_step_when_the_writer_process_was_killed(tmp_path):
     try:
         run(t, 2, mgr)  # step 2: the writer process sleeps a second in write_data
         assert mgr._pending is not None and not mgr._pending.future.done()
-        for pid in writer_processes():
-            os.kill(pid, signal.SIGTERM)
+        os.kill(writer_pid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGUSR1)
         with captured_warnings() as logged:
             assert mgr.preempted()  # waits for the failed write, then saves step 2 itself, blocking
