@@ -12,9 +12,10 @@ folder) unless --config is given, loads one safetensors shard's worth of tensors
 host needs about --shard-gb of memory, not the whole model), and writes bf16 by default. from-hf
 checks config.json and every tensor's shape against the titankit model of --config (plus any
 --section.key=value overrides) and stores the weights in their own dtype; the trainer's load
-converts them to its fp32 parameters. Only the model weights cross over: no optimizer state, data
-position or tokenizer (titankit's tokenizer is data.tokenizer: "bytes" has no Hugging Face
-counterpart). The output folder must not exist yet; it appears only once complete.
+converts them to its fp32 parameters. Only the weights cross over, and for to-hf the run's tokenizer:
+no optimizer state or data position. A tokenizer.json (data.tokenizer) is copied with the
+tokenizer_config.json and special_tokens_map.json beside it; titankit's byte tokenizer ("bytes") has
+no Hugging Face counterpart. The output folder must not exist yet; it appears only once complete.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return opts, rest
 
 
-def model_args(config: str, overrides: list[str]) -> Any:
-    """The Llama args of a titankit config (with overrides); ValueError for another model family."""
+def load_run_config(config: str, overrides: list[str]) -> tuple[Any, Any]:
+    """(job config, Llama args) of a titankit config with overrides; ValueError for another model family."""
     from trainer.config import load_config, resolve_model_args
 
     with warnings.catch_warnings():  # its warnings are about training settings, not the model
@@ -68,7 +69,29 @@ def model_args(config: str, overrides: list[str]) -> Any:
     if cfg.model.name != "llama3":
         raise ValueError(f"{config}: model.name = {cfg.model.name!r}; only llama3 (dense) converts to "
                          "and from Hugging Face's LlamaForCausalLM")
-    return resolve_model_args(cfg)
+    return cfg, resolve_model_args(cfg)
+
+
+# Written beside a tokenizer.json by Hugging Face's save_pretrained; copied along when present.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def copy_tokenizer(tokenizer: str, out: Path) -> str:
+    """Copy the run's tokenizer.json (and the files Hugging Face keeps beside it) into the export;
+    returns what was done, for the summary line."""
+    if tokenizer == "bytes":
+        return ("no tokenizer: the run used titankit's byte tokenizer (data.tokenizer = 'bytes'), "
+                "which has no Hugging Face counterpart")
+    src = Path(tokenizer).expanduser()
+    if not src.is_file():
+        return f"no tokenizer: data.tokenizer = {tokenizer!r} is not a file here"
+    copied = []
+    for name in TOKENIZER_FILES:
+        path = src if name == "tokenizer.json" else src.parent / name
+        if path.is_file():
+            shutil.copyfile(path, out / name)
+            copied.append(name)
+    return f"tokenizer copied from {src.parent}: {', '.join(copied)}"
 
 
 def expected_shapes(args: Any) -> dict[str, tuple[int, ...]]:
@@ -134,7 +157,7 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
     config = Path(opts.config) if opts.config else step.resolve().parent.parent / "config.toml"
     if not config.is_file():
         raise ValueError(f"{config}: no such file; pass --config with the TOML the run was trained with")
-    args = model_args(str(config), overrides)
+    cfg, args = load_run_config(str(config), overrides)
     shapes = expected_shapes(args)
     metadata = read_metadata(step)
     template = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
@@ -160,6 +183,7 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
         index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(hf_config(args, dtype), indent=2) + "\n")
+        opts.tokenizer_note = copy_tokenizer(cfg.data.tokenizer, tmp)
         finish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -194,7 +218,7 @@ def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
     if not cfg_file.is_file():
         raise ValueError(f"{cfg_file}: no such file (a Hugging Face model folder has one)")
     hf_cfg = json.loads(cfg_file.read_text())
-    args = model_args(opts.config, overrides)
+    _, args = load_run_config(opts.config, overrides)
     wrong = config_mismatches(hf_cfg, args)
     if wrong:
         raise ValueError(f"{cfg_file} does not describe the model of {opts.config}:\n  " + "\n  ".join(wrong)
@@ -261,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         if opts.direction == "to-hf":
             out = to_hf(opts, overrides)
             print(f"wrote {out}: config.json and safetensors ({opts.dtype}); load it with "
-                  "transformers.LlamaForCausalLM.from_pretrained")
+                  f"transformers.LlamaForCausalLM.from_pretrained; {opts.tokenizer_note}")
         else:
             out = from_hf(opts, overrides)
             print(f"wrote {out} (model weights only); start a run from it with "

@@ -130,6 +130,23 @@ def test_export_shards_bf16_with_an_index(run, tmp_path):
     assert json.loads((hf / "config.json").read_text())["torch_dtype"] == "bfloat16"
 
 
+def test_export_copies_the_runs_tokenizer(run, tmp_path):
+    from tokenizers import Tokenizer, models
+
+    step = run / "src" / "checkpoint" / "step-3"
+    code, out = cli("to-hf", str(step), str(tmp_path / "bytes"))
+    assert code == 0 and "no tokenizer: the run used titankit's byte tokenizer" in out, out
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")).save(str(tok_dir / "tokenizer.json"))
+    (tok_dir / "tokenizer_config.json").write_text('{"eos_token": "a"}')
+    code, out = cli("to-hf", str(step), str(tmp_path / "hf"), f"--data.tokenizer={tok_dir / 'tokenizer.json'}")
+    assert code == 0 and "tokenizer copied" in out, out
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "hf" / name).read_bytes() == (tok_dir / name).read_bytes()
+    assert not (tmp_path / "hf" / "special_tokens_map.json").exists()
+
+
 def test_import_round_trip_is_bitwise_and_trains_like_its_source(run, tmp_path):
     step = run / "src" / "checkpoint" / "step-3"
     config = str(run / "src" / "config.toml")
