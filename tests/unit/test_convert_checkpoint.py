@@ -36,8 +36,10 @@ MODEL = ["--model.overrides.rope_theta=10000", "--model.overrides.rope_original_
          "--training.seq_len=64", "--training.local_batch_size=2", "--lr_scheduler.warmup_steps=1"]
 
 
-def train(dump: Path, name: str, steps: int, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "trainer.train", "--config", "configs/debug.toml", *MODEL,
+def train(dump: Path, name: str, steps: int, *extra: str, ranks: int = 1) -> subprocess.CompletedProcess:
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+                if ranks > 1 else [sys.executable])
+    cmd = [*launcher, "-m", "trainer.train", "--config", "configs/debug.toml", *MODEL,
            f"--run.dump_folder={dump}", f"--run.name={name}", f"--training.steps={steps}",
            f"--data.cache_dir={dump / 'cache'}", "--metrics.log_freq=1", *extra]
     env = cpu_env(OMP_NUM_THREADS="1")
@@ -53,9 +55,11 @@ def first_loss(run_dir: Path) -> float:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """A real run of the debug model: 3 steps, checkpoint step-3 (weights moved off their init)."""
+    """A real run of the debug model on 2 gloo ranks: 3 steps, checkpoint step-3 (weights moved off
+    their init, each tensor split over the two ranks' files by FSDP)."""
     dump = tmp_path_factory.mktemp("convert")
-    train(dump, "src", 3, "--checkpoint.enable", "--checkpoint.interval=3")
+    train(dump, "src", 3, "--checkpoint.enable", "--checkpoint.interval=3", ranks=2)
+    assert len(list((dump / "src" / "checkpoint" / "step-3").glob("*.distcp"))) == 2
     return dump
 
 
