@@ -141,7 +141,8 @@ def plan_shards(names: list[str], sizes: dict[str, int], limit: int) -> list[lis
     return shards
 
 
-def to_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
+def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
+    """Writes the export; returns its folder and what happened to the tokenizer."""
     import torch
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import save_file
@@ -183,12 +184,12 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
         index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
         (tmp / "config.json").write_text(json.dumps(hf_config(args, dtype), indent=2) + "\n")
-        opts.tokenizer_note = copy_tokenizer(cfg.data.tokenizer, tmp)
+        tokenizer_note = copy_tokenizer(cfg.data.tokenizer, tmp)
         finish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
+    return out, tokenizer_note
 
 
 def hf_tensors(hf: Path) -> dict[str, Path]:
@@ -283,9 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts, overrides = parse_args(sys.argv[1:] if argv is None else argv)
         if opts.direction == "to-hf":
-            out = to_hf(opts, overrides)
+            out, tokenizer_note = to_hf(opts, overrides)
             print(f"wrote {out}: config.json and safetensors ({opts.dtype}); load it with "
-                  f"transformers.LlamaForCausalLM.from_pretrained; {opts.tokenizer_note}")
+                  f"transformers.LlamaForCausalLM.from_pretrained; {tokenizer_note}")
         else:
             out = from_hf(opts, overrides)
             print(f"wrote {out} (model weights only); start a run from it with "
