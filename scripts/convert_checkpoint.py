@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -164,8 +165,7 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
     template = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
     check_model_fits(metadata, template, step)  # names the first key whose shape differs
     dtype = getattr(torch, opts.dtype)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    sizes = {k: itemsize * int(torch.Size(s).numel()) for k, s in shapes.items()}
+    sizes = {k: dtype.itemsize * math.prod(s) for k, s in shapes.items()}
     shards = plan_shards(list(shapes), sizes, int(opts.shard_gb * 1e9))
     tmp = fresh_output(out)
     try:

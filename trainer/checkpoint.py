@@ -65,7 +65,7 @@ from trainer.checkpoint_memory import (
     async_shortfall,
     filesystem_type,
     mem_available,
-    open_file_limit,
+    raise_open_file_limit,
     shm_free,
     state_bytes,
     storage_count,
@@ -413,8 +413,9 @@ class CheckpointManager:
         Otherwise async saves are turned off for the run (a warning says why), since the
         out-of-memory killer would end the ranks in the middle of a write."""
         if self._async_verdict is None:
+            rank_bytes = state_bytes(state)
             reason = async_shortfall(
-                state_bytes(state), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), mem_available(),
+                rank_bytes, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), mem_available(),
                 filesystem_type(self.root) in RAM_FILESYSTEMS)
             reasons: list[str | None] = [None] * self.world_size
             dist.all_gather_object(reasons, reason, group=self.group)
@@ -429,10 +430,10 @@ class CheckpointManager:
                         f"blocking saves instead (checkpoint folder {self.root}). For async saves, "
                         "free host memory, run fewer ranks per node, or use a folder on disk.")
             elif self.writer == "process":
-                self._check_writer_process(state)
+                self._check_writer_process(state, rank_bytes)
         return self._async_verdict
 
-    def _check_writer_process(self, state: dict[str, Any]) -> None:
+    def _check_writer_process(self, state: dict[str, Any], rank_bytes: int) -> None:
         """Collective: every rank must be able to hand its staged copy to a writer process, else all
         ranks write from a thread (DCP's writer processes form one group, so it is all or none)."""
         reason = None
@@ -441,10 +442,10 @@ class CheckpointManager:
             reason = f"torch {torch.__version__} has no async_save(async_checkpointer_type=)"
         else:
             # Each staged tensor holds a file open: raise the soft limit to the hard one first.
-            limit = open_file_limit(raise_soft=True)
+            limit = raise_open_file_limit()
             fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
             reason = writer_process_shortfall(
-                state_bytes(state), int(os.environ.get("LOCAL_WORLD_SIZE", "1")), shm_free(),
+                rank_bytes, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), shm_free(),
                 storage_count(state), limit, fds)
         reasons: list[str | None] = [None] * self.world_size
         dist.all_gather_object(reasons, reason, group=self.group)

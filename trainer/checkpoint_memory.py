@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -64,17 +64,23 @@ def filesystem_type(path: str | Path, mounts: str | Path = "/proc/mounts") -> st
     return None if mount is None else mount[1]
 
 
+def _tensors(state: Any) -> Iterator[torch.Tensor]:
+    """Every tensor of a (nested) state dict, DTensors as their local shard."""
+    if isinstance(state, DTensor):
+        yield state.to_local()
+    elif isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for v in state.values():
+            yield from _tensors(v)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            yield from _tensors(v)
+
+
 def state_bytes(state: Any) -> int:
     """Bytes of this rank's tensors in a (nested) state dict: DTensors count their local shard."""
-    if isinstance(state, DTensor):
-        return state.to_local().nbytes
-    if isinstance(state, torch.Tensor):
-        return state.nbytes
-    if isinstance(state, dict):
-        return sum(state_bytes(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return sum(state_bytes(v) for v in state)
-    return 0
+    return sum(t.nbytes for t in _tensors(state))
 
 
 def async_shortfall(rank_bytes: int, local_ranks: int, available: int | None,
@@ -105,13 +111,7 @@ SHM_FOLDER = "/dev/shm"
 def storage_count(state: Any) -> int:
     """Tensors in a (nested) state dict: each becomes one shared-memory file, held open by the
     training process for the run, when a writer process stages it (trainer/checkpoint.py)."""
-    if isinstance(state, torch.Tensor):
-        return 1
-    if isinstance(state, dict):
-        return sum(storage_count(v) for v in state.values())
-    if isinstance(state, (list, tuple)):
-        return sum(storage_count(v) for v in state)
-    return 0
+    return sum(1 for _ in _tensors(state))
 
 
 def shm_free(folder: str = SHM_FOLDER) -> int | None:
@@ -122,15 +122,15 @@ def shm_free(folder: str = SHM_FOLDER) -> int | None:
         return None
 
 
-def open_file_limit(raise_soft: bool = True) -> int | None:
-    """The soft limit on open files of this process, first raised to the hard limit if allowed;
-    None where resource limits do not exist."""
+def raise_open_file_limit() -> int | None:
+    """Raise this process's soft limit on open files to the hard limit (where allowed) and return
+    the soft limit now in force; None where resource limits do not exist or are unlimited."""
     try:
         import resource
     except ImportError:
         return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if raise_soft and soft != hard:
+    if soft != hard:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
