@@ -224,11 +224,7 @@ class Bench:
         return self.step_s[name]
 
     def any_rank(self, flag: bool) -> bool:
-        import torch.distributed as dist
-
-        v = self.torch.tensor([float(flag)], dtype=self.torch.float64)
-        dist.all_reduce(v, op=dist.ReduceOp.MAX)
-        return v.item() > 0
+        return self.max_over_ranks([float(flag)])[0] > 0
 
     def on_rank0(self, fn: Callable[[], Any]) -> Any:
         """fn on rank 0 after a barrier, its result (or its error) on every rank."""
