@@ -64,7 +64,7 @@ def require_tensorboard() -> None:
     if importlib.util.find_spec("tensorboard") is None:
         raise ImportError(
             "metrics.enable_tensorboard = true needs the tensorboard package, which is not installed: "
-            "run `pip install titankit[tensorboard]` (or `pip install tensorboard`), or set "
+            "run `pip install tensorboard` (in a checkout: `pip install -e '.[tensorboard]'`), or set "
             "metrics.enable_tensorboard = false"
         )
 

@@ -7,7 +7,7 @@ Conventions (torchtitan-compatible on purpose, DESIGN.md section 4):
 FLOPs/token comes from the model args (6 x non-embedding params + 12 x layers x dim x seq_len).
 
 Typical use in the trainer:
-    meter = StepMeter(flops_per_token, resolve_peak_flops(cfg.metrics, device), cp=cp, tp=tp, device=device)
+    meter = StepMeter(flops_per_token, resolve_peak_flops(cfg.metrics, device, rank), cp=cp, tp=tp, device=device)
     logger = MetricsLogger(cfg, run_dir, rank)
     ... each step: meter.add_step(local_tokens, data_seconds)
     ... at log steps: logger.log(step, {**meter.collect(), "loss_metrics/global_avg_loss": loss, ...})
@@ -75,27 +75,30 @@ _PEAKS: tuple[tuple[str, str, float], ...] = (
 )
 
 
-def peak_flops(device_name: str) -> float | None:
+def peak_flops(device_name: str, *, warn: bool = True) -> float | None:
     """Dense bf16 peak FLOP/s of one device, from its torch.cuda.get_device_name() string.
 
     Unknown devices (CPU, AMD, a bare 'H100', a MIG slice) get None and exactly one warning: never
     another GPU's peak, which would print a wrong MFU (torchtitan falls back to the A100 peak and
-    reports >100% on B200). Set metrics.peak_tflops to give the peak yourself.
+    reports >100% on B200). Set metrics.peak_tflops to give the peak yourself. `warn=False` (ranks
+    other than 0, which see the same devices) keeps a 64-rank job at one warning.
     """
     name = device_name.upper()
     if "MIG" in name.split():
-        logger.warning(
-            f"MFU: '{device_name}' is a MIG slice with a fraction of the GPU's peak; no MFU is reported. "
-            "Set metrics.peak_tflops (TFLOP/s of the slice) to get one"
-        )
+        if warn:
+            logger.warning(
+                f"MFU: '{device_name}' is a MIG slice with a fraction of the GPU's peak; no MFU is reported. "
+                "Set metrics.peak_tflops (TFLOP/s of the slice) to get one"
+            )
         return None
     for pattern, _label, peak in _PEAKS:
         if re.search(pattern, name):
             return peak
-    logger.warning(
-        f"MFU: no bf16 peak known for device '{device_name}'; MFU is not reported. "
-        "Set metrics.peak_tflops (dense bf16 TFLOP/s of one device) to report it"
-    )
+    if warn:
+        logger.warning(
+            f"MFU: no bf16 peak known for device '{device_name}'; MFU is not reported. "
+            "Set metrics.peak_tflops (dense bf16 TFLOP/s of one device) to report it"
+        )
     return None
 
 
@@ -107,8 +110,11 @@ def device_name(device: torch.device | str) -> str:
     return device.type
 
 
-def resolve_peak_flops(metrics_cfg: Any, device: torch.device | str) -> float | None:
-    """Peak FLOP/s for MFU: metrics.peak_tflops when set (> 0), else the table (None if unknown)."""
+def resolve_peak_flops(metrics_cfg: Any, device: torch.device | str, rank: int = 0) -> float | None:
+    """Peak FLOP/s for MFU: metrics.peak_tflops when set (> 0), else the table (None if unknown).
+
+    Only rank 0 warns about an unknown device.
+    """
     override = float(metrics_cfg.peak_tflops)
     if not math.isfinite(override) or override < 0:
         raise ValueError(
@@ -117,7 +123,7 @@ def resolve_peak_flops(metrics_cfg: Any, device: torch.device | str) -> float | 
         )
     if override > 0:
         return override * 1e12
-    return peak_flops(device_name(device))
+    return peak_flops(device_name(device), warn=rank == 0)
 
 
 # ---------------------------------------------------------------- throughput
@@ -144,8 +150,11 @@ def throughput(
 class StepMeter:
     """Accumulates steps between log steps and turns them into throughput, MFU, memory and time.
 
-    Memory is torch.cuda.max_memory_allocated / max_memory_reserved in GiB, reset at every collect()
-    so each log step shows the peak of its own period. On CPU both are reported as 0.0 under the
+    Memory is the caching allocator's peak active and peak reserved bytes in GiB (memory_stats'
+    active_bytes.all.peak and reserved_bytes.all.peak, the figures torchtitan logs under the same
+    names), reset at every collect() so each log step shows the peak of its own period. Active
+    counts freed blocks still in use by another stream (FSDP's gathers), which
+    max_memory_allocated does not. On CPU both are reported as 0.0 under the
     same keys (process RSS is not comparable to a GPU allocator's numbers, so it is not used).
     num_alloc_retries counts, per period, the times the CUDA caching allocator ran out, freed its
     cache and retried: each retry synchronises the device, so a run near the memory limit slows down
@@ -172,13 +181,16 @@ class StepMeter:
         self.device = torch.device(device)
         self._clock = clock
         self._gpu = gpu
-        self._retries_seen = self._alloc_retries()
+        self._retries_seen = self._memory_gib()[2]
         self.reset()
 
-    def _alloc_retries(self) -> int:
+    def _memory_gib(self) -> tuple[float, float, int]:
+        """(peak active GiB, peak reserved GiB, cumulative alloc retries) of this period."""
         if self.device.type != "cuda":
-            return 0
-        return int(torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0))
+            return 0.0, 0.0, 0
+        stats = torch.cuda.memory_stats(self.device)
+        return (stats.get("active_bytes.all.peak", 0) / GIB, stats.get("reserved_bytes.all.peak", 0) / GIB,
+                int(stats.get("num_alloc_retries", 0)))
 
     def reset(self) -> None:
         """Start a new period now (call once right before the training loop)."""
@@ -208,12 +220,7 @@ class StepMeter:
             torch.cuda.synchronize(self.device)
         elapsed = self._clock() - self._start
         tps, tflops, mfu = throughput(self._tokens, elapsed, self.cp, self.tp, self.flops_per_token, self.peak)
-        if self.device.type == "cuda":
-            active = torch.cuda.max_memory_allocated(self.device) / GIB
-            reserved = torch.cuda.max_memory_reserved(self.device) / GIB
-        else:
-            active = reserved = 0.0
-        retries = self._alloc_retries()
+        active, reserved, retries = self._memory_gib()
         # max: torch.cuda.reset_accumulated_memory_stats() elsewhere restarts the counter at 0.
         new_retries, self._retries_seen = max(retries - self._retries_seen, 0), retries
         out = {

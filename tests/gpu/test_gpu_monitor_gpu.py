@@ -31,3 +31,34 @@ def test_sampler_reads_the_gpu_while_it_works():
     # H100/H200 SMs run between a few hundred MHz and ~2 GHz; a loaded GPU draws tens to 1,000+ W.
     assert 200 < got[CLOCK_KEY] < 3000, got
     assert 20 < got[POWER_KEY] < 1500, got
+
+
+def test_step_meter_memory_counts_blocks_another_stream_still_uses():
+    """memory/max_active is the allocator's active peak (torchtitan's figure), not max allocated.
+
+    A block freed on one stream while another stream still reads it (FSDP's gathers are like this)
+    stays active until that stream is done; max_memory_allocated forgets it at once.
+    """
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from trainer.metrics import GIB, StepMeter
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    meter = StepMeter(1.0, None, device="cuda")
+    side = torch.cuda.Stream()
+    x = torch.zeros(GIB, dtype=torch.uint8, device="cuda")
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(1_000_000_000)  # about half a second of a busy side stream
+        x.add_(1)
+    x.record_stream(side)
+    del x  # freed here, in use on `side` until the sleep ends
+    y = torch.ones(GIB, dtype=torch.uint8, device="cuda")
+    meter.add_step(1)
+    out = meter.collect()
+    allocated_peak = torch.cuda.max_memory_allocated() / GIB
+    del y
+    assert out["memory/max_active(GiB)"] >= 2.0, out
+    assert allocated_peak < 1.5, allocated_peak
+    assert out["memory/max_reserved(GiB)"] >= out["memory/max_active(GiB)"]

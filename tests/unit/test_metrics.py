@@ -88,6 +88,8 @@ def test_peak_tflops_override_wins_without_warning(logs):
     cfg.metrics.peak_tflops = 0.0
     assert resolve_peak_flops(cfg.metrics, "cpu") is None
     assert len(logs.at(logging.WARNING)) == 1
+    assert resolve_peak_flops(cfg.metrics, "cpu", rank=1) is None
+    assert len(logs.at(logging.WARNING)) == 1  # other ranks see the same device: one warning per job
     cfg.metrics.peak_tflops = -1.0
     with pytest.raises(ValueError, match="peak_tflops"):
         resolve_peak_flops(cfg.metrics, "cpu")
@@ -246,7 +248,7 @@ def test_tensorboard_missing_is_a_clear_error_on_every_rank(tmp_path, monkeypatc
     cfg = JobConfig()
     cfg.metrics.enable_tensorboard = True
     for rank in (0, 1):
-        with pytest.raises(ImportError, match=r"pip install titankit\[tensorboard\]"):
+        with pytest.raises(ImportError, match=r"pip install tensorboard"):
             MetricsLogger(cfg, tmp_path, rank=rank)
 
 
@@ -256,7 +258,7 @@ def test_alloc_retries_are_counted_per_period_and_shown_on_the_console(monkeypat
     from trainer.metrics import format_console_line
 
     counter = iter([3, 10, 10])  # at construction, then at two collects
-    monkeypatch.setattr(StepMeter, "_alloc_retries", lambda self: next(counter))
+    monkeypatch.setattr(StepMeter, "_memory_gib", lambda self: (0.0, 0.0, next(counter)))
     meter = StepMeter(1e9, None, device="cpu")
     meter.add_step(100)
     first = meter.collect()
