@@ -78,7 +78,8 @@ def validate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
         )
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype != torch.bfloat16:
-            raise ValueError(f"{where}: {name} must be bfloat16, got {t.dtype}")
+            # The device too: a CPU run (float32 by default) must learn that dtype is not its problem.
+            raise ValueError(f"{where}: {name} must be a bfloat16 CUDA tensor, got {t.dtype} on {t.device}")
         if t.dim() != 4:
             raise ValueError(f"{where}: {name} must be 4-D (B, S, H, D), got {tuple(t.shape)}")
     if q.shape[-1] not in HEAD_DIMS:

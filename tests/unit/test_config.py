@@ -357,6 +357,17 @@ def test_deterministic_fill_alone_warns_that_it_changes_nothing():
         load_config(["--run.deterministic", "--run.deterministic_fill=false"])
 
 
+def test_process_writer_without_async_saves_warns_that_it_is_ignored(monkeypatch):
+    from trainer.config import checks
+
+    monkeypatch.setattr(checks, "_WARNED", set())  # other tests may have loaded the same override
+    with pytest.warns(UserWarning, match=r'async_writer = "process" .* is ignored: checkpoint.async_mode'):
+        load_config(["--checkpoint.async_writer=process"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_config(["--checkpoint.async_writer=process", "--checkpoint.async_mode=async"])
+
+
 def test_async_tp_needs_compile():
     with pytest.raises(ConfigError, match="compile.enable"):
         load_config(["--parallelism.enable_async_tensor_parallel"])
@@ -570,3 +581,22 @@ def test_model_attention_reaches_every_attention_core(name, flavor):
     assert backends == {"triton"}
     with pytest.raises(ConfigError, match="conflicts with model.attention"):
         resolve_model_args(load_config(["--model.overrides.attention=reference"]))
+
+
+def test_sequence_longer_than_the_model_allows_fails_before_any_rank_starts():
+    families()
+    cfg = load_config(["--training.seq_len=1024", "--model.overrides.max_seq_len=512"])
+    with pytest.raises(ConfigError) as exc:
+        validate_config(cfg, world_size=1)
+    msg = str(exc.value)
+    assert "training.seq_len = 1024" in msg and "max_seq_len = 512" in msg
+    assert "overrides.max_seq_len" in msg
+    validate_config(load_config(["--training.seq_len=512", "--model.overrides.max_seq_len=512"]), world_size=1)
+
+
+def test_thunderkittens_with_document_masks_fails_before_any_rank_starts():
+    families()
+    cfg = load_config(["--model.attention=thunderkittens", "--data.document_mask"])
+    with pytest.raises(ConfigError, match=r"command line: data.document_mask = true: .*\"triton\" or \"sdpa\""):
+        validate_config(cfg, world_size=1)
+    validate_config(load_config(["--model.attention=triton", "--data.document_mask"]), world_size=1)

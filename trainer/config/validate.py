@@ -93,6 +93,22 @@ def _batch_rule(cfg: JobConfig, dp: int) -> None:
     raise ConfigError(msg)
 
 
+def _model_limits(cfg: JobConfig, args: Any) -> None:
+    """What the model or its attention backend cannot run, found here rather than at the first
+    forward, after every rank has started."""
+    max_seq_len = getattr(args, "max_seq_len", None)
+    if max_seq_len is not None and cfg.training.seq_len > max_seq_len:
+        raise ConfigError(
+            f"{source_of(cfg, 'training.seq_len')}: training.seq_len = {cfg.training.seq_len} exceeds "
+            f"the model's max_seq_len = {max_seq_len} (model {cfg.model.name} flavor {cfg.model.flavor}); "
+            f"lower it, or raise [model] overrides.max_seq_len")
+    if cfg.model.attention == "thunderkittens" and cfg.data.document_mask:
+        raise ConfigError(
+            f"{source_of(cfg, 'data.document_mask')}: data.document_mask = true: the thunderkittens "
+            "attention backend has no document masks; use model.attention = \"triton\" or \"sdpa\", "
+            "or set data.document_mask = false")
+
+
 def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
     """All checks for a run on `world_size` ranks; returns the run's ParallelDims."""
     from trainer.parallel.dims import ParallelDims
@@ -116,6 +132,7 @@ def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
         dims.validate_for_model(n_heads, n_kv_heads, cfg.training.seq_len)
     except ValueError as e:
         raise ConfigError(f"{e} (model {cfg.model.name} flavor {cfg.model.flavor})") from e
+    _model_limits(cfg, args)
     if dims.ep > 1:
         n_experts = getattr(args, "n_experts", None)
         if n_experts is None:
