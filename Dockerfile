@@ -4,7 +4,7 @@
 ARG BASE_IMAGE=pytorch/pytorch:2.11.0-cuda13.0-cudnn9-devel
 FROM ${BASE_IMAGE}
 WORKDIR /workspace/titankit
-RUN pip install --no-cache-dir numpy tokenizers wandb tensorboard pyarrow pytest hypothesis
+RUN pip install --no-cache-dir numpy tokenizers safetensors wandb tensorboard nvidia-ml-py pyarrow pytest hypothesis
 COPY . .
 RUN pip install --no-cache-dir --no-deps -e .
 ENV NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -105,7 +105,7 @@ def test_attention_inputs_it_cannot_handle_raise_value_errors():
                           causal=False)
     with pytest.raises(ValueError, match="Sq == Skv"):
         ops.attention_fwd(q[:, :32], k, k, causal=True)
-    with pytest.raises(ValueError, match="bfloat16"):
+    with pytest.raises(ValueError, match="bfloat16 CUDA tensor, got torch.float32 on cpu"):
         ops.attention_fwd(q.float(), k.float(), k.float(), causal=True)
     with pytest.raises(ValueError, match="CUDA"):
         ops.attention_fwd(q, k, k, causal=True)
@@ -168,3 +168,21 @@ def test_cuda_source_compiles_for_sm90a_without_spills(source, tmp_path):
     assert all(f == ("0", "0", "0") for f in frames), f"register spills / local memory: {frames}"
     assert "C7512" not in log, "ptxas serialized wgmma (not enough registers)"
     assert "C7508" not in log, "ptxas ignored setmaxnreg"
+
+
+def test_a_wheel_carries_every_kernel_source():
+    """The kernels compile on the user's machine, so pyproject's package-data must list each source
+    file beside ops.py; a new .cu or header that no pattern matches would be missing from a wheel."""
+    import fnmatch
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["kernels.thunderkittens"]
+    sources = [p.name for p in (REPO / "kernels" / "thunderkittens").iterdir()
+               if p.is_file() and p.suffix != ".py" and not p.name.startswith(".")]
+    assert {".cu", ".cuh", ".cpp", ".h"} <= {Path(n).suffix for n in sources}
+    missing = [n for n in sources if not any(fnmatch.fnmatch(n, pat) for pat in patterns)]
+    assert not missing, f"not in [tool.setuptools.package-data]: {missing}"
