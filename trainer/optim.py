@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from collections import defaultdict
 
 import torch
@@ -32,35 +34,80 @@ def build_optimizer(model: nn.Module, cfg: OptConfig, device_type: str) -> torch
                              fused=fused, foreach=None if fused else True)
 
 
-def lr_factor(step: int, total_steps: int, cfg: LRConfig) -> float:
-    """Multiplier of the peak lr at optimizer step `step` (1-based, the step about to be taken).
+# The LR schedule is torchtitan v0.2.2's (tag v0.2.2 = commit 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce,
+# torchtitan/components/lr_scheduler.py: build_lr_schedulers and linear_warmup_stable_decay), written
+# for titankit's 1-based optimizer step s (LambdaLR's counter + 1) and T = training.steps:
+#   W = min(warmup_steps, T)
+#   D = round(decay_ratio x T) (Python's round, half to even), at most T - W; decay_ratio 1 gives T - W
+#   s <= W               s / W                       (the last warm-up step already runs at the peak)
+#   s <= T + 1 - D       1                           (stable; with D = T - W only step W + 1)
+#   otherwise            p = (s - (T + 1 - D)) / D   (1/D at the first decay step, (D-1)/D at s = T)
+#                        min_lr_factor + (1 - min_lr_factor) x {linear: 1 - p, sqrt: 1 - sqrt(p),
+#                                                           cosine: (1 + cos(pi p)) / 2}
+# torchtitan's "virtual last step": the floor is reached at s = T + 1, so the last step trained runs
+# just above it. D = 0 (a tiny decay_ratio) means no decay at all. Deliberate differences, none of
+# which changes a step s <= T + 1: decay_ratio's "unset" is spelled 1.0 (TOML has no null; torchtitan
+# computes the same D for None and 1.0); p is clamped to 1 past s = T + 1 (torchtitan would go below
+# the floor for linear and sqrt, back up for cosine) and D = 0 returns 1 there (torchtitan asserts);
+# there is no lr_scheduler.total_steps (T is training.steps).
 
-    Linear warmup from 1/(warmup+1) over `warmup_steps`; the step after warmup runs at the peak;
-    then decay to min_lr_factor at the last step: cosine, linear, or wsd (warmup-stable-decay:
-    the peak until the last decay_ratio x total_steps steps, then linear).
-    """
-    warmup = cfg.warmup_steps
+
+# progress p in [0, 1] -> the decay's shape, 1 at p = 0 and 0 at p = 1
+LR_DECAY_SHAPES = {
+    "linear": lambda p: 1.0 - p,
+    "sqrt": lambda p: 1.0 - math.sqrt(p),
+    "cosine": lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
+}
+
+
+def _check_lr_config(cfg: LRConfig) -> None:
+    """The checks of trainer/config/checks.py, for an LRScheduler built in code."""
+    if cfg.decay_type not in LR_DECAY_SHAPES:
+        raise ValueError(f"lr_scheduler.decay_type = {cfg.decay_type!r}: must be one of "
+                         f"{' | '.join(LR_DECAY_SHAPES)}")
+    if not 0 < cfg.decay_ratio <= 1:  # also False for NaN
+        raise ValueError(f"lr_scheduler.decay_ratio = {cfg.decay_ratio!r}: must be 0 < decay_ratio <= 1 "
+                         "(1 = decay over every step after warm-up)")
+    if not 0 <= cfg.min_lr_factor <= 1:
+        raise ValueError(f"lr_scheduler.min_lr_factor = {cfg.min_lr_factor!r}: must be "
+                         "0 <= min_lr_factor <= 1")
+    if cfg.warmup_steps < 0:
+        raise ValueError(f"lr_scheduler.warmup_steps = {cfg.warmup_steps!r}: must be >= 0")
+
+
+def _phases(total_steps: int, cfg: LRConfig) -> tuple[int, int]:
+    """(W, D): warm-up and decay steps of a run of total_steps steps."""
+    warmup = min(cfg.warmup_steps, total_steps)
+    return warmup, min(round(total_steps * cfg.decay_ratio), total_steps - warmup)
+
+
+def lr_factor(step: int, total_steps: int, cfg: LRConfig) -> float:
+    """Multiplier of the peak lr at optimizer step `step` (1-based, the step about to be taken):
+    torchtitan v0.2.2's warmup-stable-decay schedule (see the comment above)."""
+    warmup, decay = _phases(total_steps, cfg)
     if step <= warmup:
-        return step / (warmup + 1)
-    floor = cfg.min_lr_factor
-    if cfg.decay_type == "wsd":
-        decay_steps = min(max(1, int(round(cfg.decay_ratio * total_steps))), total_steps - warmup)
-        start = total_steps - decay_steps
-        if step <= start:
-            return 1.0
-        progress = (step - start) / decay_steps
-        return 1.0 - (1.0 - floor) * min(progress, 1.0)
-    # progress 0 at the first step after warmup, 1 at the last step
-    progress = min((step - warmup - 1) / max(1, total_steps - warmup - 1), 1.0)
-    if cfg.decay_type == "linear":
-        return 1.0 - (1.0 - floor) * progress
-    if cfg.decay_type == "cosine":
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"lr_scheduler.decay_type = {cfg.decay_type!r}: valid are cosine, linear, wsd")
+        return step / warmup
+    decay_start = total_steps + 1 - decay  # the last stable step
+    if step <= decay_start or decay == 0:
+        return 1.0
+    progress = min((step - decay_start) / decay, 1.0)
+    return cfg.min_lr_factor + (1.0 - cfg.min_lr_factor) * LR_DECAY_SHAPES[cfg.decay_type](progress)
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
                        cfg: LRConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    _check_lr_config(cfg)
+    warmup, decay = _phases(total_steps, cfg)
+    ratio = cfg.decay_ratio
+    if ratio < 1 and decay < round(total_steps * ratio) and os.environ.get("RANK", "0") == "0":
+        warnings.warn(  # torchtitan logs the same adjustment
+            f"lr_scheduler.decay_ratio = {ratio!r}: round({ratio!r} x training.steps = {total_steps}) "
+            f"decay steps overlap the {warmup} warm-up steps; decaying over the {decay} steps after "
+            "warm-up instead", UserWarning, stacklevel=2)
+    elif decay == 0 and warmup < total_steps and os.environ.get("RANK", "0") == "0":
+        warnings.warn(
+            f"lr_scheduler.decay_ratio = {ratio!r} of training.steps = {total_steps} rounds to 0 decay "
+            "steps: the lr stays at optimizer.lr after warm-up", UserWarning, stacklevel=2)
     # LambdaLR calls the lambda with its own counter starting at 0 for the first step's lr.
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: lr_factor(i + 1, total_steps, cfg))

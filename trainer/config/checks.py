@@ -34,7 +34,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "checkpoint.async_mode": ("disabled", "async"),
     "checkpoint.async_writer": ("process", "thread"),
     "optimizer.name": ("AdamW",),
-    "lr_scheduler.decay_type": ("cosine", "linear", "wsd"),
+    "lr_scheduler.decay_type": ("linear", "sqrt", "cosine"),
     "float8.recipe": ("tensorwise", "rowwise"),
     "float8.backend": ("torch", "triton", "thunderkittens"),
 }
@@ -102,6 +102,11 @@ def fail(cfg: JobConfig, key: str, why: str) -> ConfigError:
 
 def check_values(cfg: JobConfig) -> None:
     """Raise ConfigError on the first invalid value; warn on legal but suspicious ones."""
+    if cfg.lr_scheduler.decay_type == "wsd":
+        raise fail(cfg, "lr_scheduler.decay_type",
+                   "was removed: decay_ratio now turns every decay_type into warmup-stable-decay, as in "
+                   "torchtitan; write decay_type = \"linear\" with decay_ratio = 0.2 (wsd's old default) "
+                   "or the ratio you had")
     for key, allowed in CHOICES.items():
         value = get_value(cfg, key)
         if value not in allowed:
@@ -127,6 +132,11 @@ def check_values(cfg: JobConfig) -> None:
         _warn_once(
             f"run.deterministic_fill = false ({source_of(cfg, 'run.deterministic_fill')}) changes "
             "nothing without run.deterministic = true: torch fills new tensors only in that mode")
+    if cfg.checkpoint.async_writer == "process" and cfg.checkpoint.async_mode == "disabled":
+        _warn_once(
+            f"checkpoint.async_writer = \"process\" ({source_of(cfg, 'checkpoint.async_writer')}) is "
+            "ignored: checkpoint.async_mode = \"disabled\" saves while training waits; set "
+            "async_mode = \"async\" for a writer process")
     warmup, steps = cfg.lr_scheduler.warmup_steps, cfg.training.steps
     if warmup >= steps:
         _warn_once(

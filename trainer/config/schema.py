@@ -183,13 +183,16 @@ class Optimizer:
 @dataclass
 class LRScheduler:
     warmup_steps: int = 10
-    """Linear warmup steps from lr / (warmup_steps + 1) to lr."""
+    """Linear warm-up steps: step s <= warmup_steps runs at lr x s / warmup_steps (torchtitan's)."""
     decay_type: str = "cosine"
-    """Decay after warmup: cosine, linear or wsd (constant, then linear decay over decay_ratio)."""
-    decay_ratio: float = 0.2
-    """With wsd: the fraction of training.steps spent in the final linear decay."""
+    """Decay shape towards lr x min_lr_factor: linear, sqrt (1 - sqrt(progress)) or cosine."""
+    decay_ratio: float = 1.0
+    """The share of training.steps, at the end, that decays (0 < decay_ratio <= 1); the steps
+    between warm-up and that decay stay at lr (warmup-stable-decay, arXiv 2404.06395). 1 (torchtitan's
+    unset): decay over all steps after warm-up. Decay steps = round(decay_ratio x steps), at most
+    steps - warmup_steps."""
     min_lr_factor: float = 0.1
-    """The lr decays to lr x min_lr_factor."""
+    """The lr decays towards lr x min_lr_factor (reached one step after the last, as in torchtitan)."""
 
 
 @dataclass
