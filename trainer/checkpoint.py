@@ -5,14 +5,17 @@ Layout: {run_dir}/{checkpoint.folder}/step-N/ holds one DCP checkpoint with thes
   model         get_model_state_dict: DTensor shards under FSDP/TP, so a load reshards to any layout
   optimizer     get_optimizer_state_dict (keyed by parameter name, layout-independent too)
   lr_scheduler  the scheduler's state_dict, pickled into one bytes item
-  data          the sample stream's state ({"next_index": int}; identical on all ranks: stored once)
+  data          the sample stream's state, identical on all ranks (stored once): {"next_index": int,
+                "identity": JSON of what defines the stream (trainer/data/identity.py)}
   train         {"step", "tokens_seen", "world_size"}
   rng           {"rank<r>": {"python", "numpy", "torch"[, "cuda"]}}: each rank saves and loads its own
 Bytes items with the same key on every rank are written by one rank only (DCP de-duplicates them).
 
 Start = resume: a complete step folder of this run wins (the newest, or checkpoint.load_step); else
-checkpoint.initial_load_path; else a fresh start. See trainer/checkpoint_folders.py for what
-"complete" means and trainer/preemption.py for SIGTERM / SIGUSR1.
+checkpoint.initial_load_path; else a fresh start. A load of more than weights continues the saved
+data stream, so it first checks that this run reads the same stream (_check_stream). See
+trainer/checkpoint_folders.py for what "complete" means and trainer/preemption.py for SIGTERM /
+SIGUSR1.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ from trainer.checkpoint_memory import (
     storage_count,
     writer_process_shortfall,
 )
+from trainer.data import identity as stream_id
 from trainer.log import logger
 from trainer.preemption import PreemptionWatcher
 
@@ -222,7 +226,8 @@ class _Pending:
 class CheckpointManager:
     """Saves and restores a Trainer's state; the Trainer calls load(), maybe_save(), preempted(), close().
 
-    Uses of the trainer: cfg, run_dir, model, optimizer, lr_scheduler, stream, step, tokens_seen.
+    Uses of the trainer: cfg, run_dir, model, optimizer, lr_scheduler, stream, step, tokens_seen,
+    data_identity (trainer/data/identity.py's stream_identity of the run).
     """
 
     def __init__(self, trainer: Any) -> None:
@@ -328,9 +333,12 @@ class CheckpointManager:
                 raise ValueError(
                     f"checkpoint {path} holds no {', '.join(missing)} state (only weights?); to "
                     "start from its weights set checkpoint.initial_load_model_only = true")
+            # The small data section first: a run that reads another stream is refused before
+            # any rank spends minutes reading weights it would not use.
+            data = self._load_section(path, metadata, "data")
+            self._check_stream(path, data)
             state["optimizer"] = get_optimizer_state_dict(t.model, t.optimizer)
             state["lr_scheduler"] = None  # one pickled bytes item
-            state["data"] = section_template(metadata, "data.")
             state["train"] = section_template(metadata, "train.")
             has_rng = has_section(metadata, f"rng.{rng_key}")
             if has_rng:
@@ -343,7 +351,7 @@ class CheckpointManager:
             return
         set_optimizer_state_dict(t.model, t.optimizer, state["optimizer"])
         t.lr_scheduler.load_state_dict(pickle.loads(state["lr_scheduler"]))
-        t.stream.load_state_dict(state["data"])
+        t.stream.load_state_dict(data)
         train = state["train"]
         t.step = int(train["step"])
         t.tokens_seen = int(train["tokens_seen"])
@@ -360,6 +368,64 @@ class CheckpointManager:
         self._last_saved = t.step  # never rewrite the folder this run started from
         logger.info(f"checkpoint: resumed from {path} (step {t.step}, {t.tokens_seen:,} tokens "
                     f"seen, data at sample {t.stream.state_dict()}) in {time.perf_counter() - t0:.2f}s")
+
+    def _load_section(self, path: Path, metadata: Any, name: str) -> dict[str, Any]:
+        state = {name: section_template(metadata, f"{name}.")}
+        dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
+        return state[name]
+
+    def _check_stream(self, path: Path, data: dict[str, Any]) -> None:
+        """Refuse to continue the saved stream with other data settings (see identity.py), unless
+        checkpoint.allow_data_change. Every rank reaches the same verdict (the saved identity is
+        one item; the current one is agreed first), so all raise together and none waits."""
+        current = self._agreed_identity()
+        if data.get("identity") is None:
+            if self.rank == 0:
+                logger.warning(
+                    f"checkpoint {path} records no data-stream identity (saved by an older titankit): "
+                    f"this resume cannot check that {stream_id.config_keys()} are the ones it was "
+                    "saved with")
+            return
+        saved = stream_id.loads(data["identity"], f"checkpoint {path}")
+        keys = stream_id.differences(saved, current)
+        if not keys:
+            return
+        lines = "\n  ".join(stream_id.describe(saved, current, keys))
+        if not self.cfg.allow_data_change:
+            raise ValueError(self._stream_error(path, saved, keys, lines))
+        if self.rank == 0:
+            logger.warning(
+                f"checkpoint.allow_data_change = true: resuming {path} with a different data "
+                f"stream:\n  {lines}\nIt continues at global sample {data.get('next_index')} of the "
+                "new stream; checkpoints from now on record the new settings.")
+
+    def _stream_error(self, path: Path, saved: dict[str, Any], keys: list[str], lines: str) -> str:
+        hint = stream_id.resume_hint(saved, keys)
+        batch = ""
+        if "global_batch_size" in keys and self.trainer.cfg.training.global_batch_size == -1:
+            batch = ("training.global_batch_size = -1 means local_batch_size x data-parallel "
+                     "degree, so it changes with the number of ranks; set it explicitly (gradient "
+                     "accumulation keeps it on fewer ranks). ")
+        return (f"checkpoint {path} was saved from a different data stream than this run reads:\n"
+                f"  {lines}\n{batch}To resume it exactly, run with the saved values"
+                f"{' (' + hint + ')' if hint else ''}. To continue from its sample index with the "
+                "new settings on purpose, set checkpoint.allow_data_change = true. To start a new "
+                "stream from its weights only, use checkpoint.initial_load_path (with "
+                "initial_load_model_only = true) in a new run folder.")
+
+    def _agreed_identity(self) -> dict[str, Any]:
+        """This run's stream identity, checked to be the same on every rank (each rank reads its
+        own dataset: a node with another copy of the shards would train on other samples)."""
+        mine = self.trainer.data_identity
+        every: list[Any] = [None] * self.world_size
+        dist.all_gather_object(every, mine, group=self.group)
+        for r, other in enumerate(every):
+            keys = stream_id.differences(every[0], other)
+            if keys:
+                lines = "; ".join(stream_id.describe(every[0], other, keys, ("rank 0", f"rank {r}")))
+                raise ValueError(f"ranks read different data streams ({lines}); every rank must "
+                                 "see the same dataset files and settings")
+        return every[0]
 
     # ---- save ----------------------------------------------------------------------------------
     def maybe_save(self, step: int, last: bool = False) -> None:
@@ -471,7 +537,7 @@ class CheckpointManager:
 
     def _state_dict(self, step: int) -> dict[str, Any]:
         t = self.trainer
-        data = t.stream.state_dict()
+        data = {**t.stream.state_dict(), "identity": stream_id.dumps(t.data_identity)}
         # The stream state is saved once for all ranks: check the invariant that makes this right.
         states: list[Any] = [None] * self.world_size
         dist.all_gather_object(states, data, group=self.group)

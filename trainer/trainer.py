@@ -10,6 +10,7 @@ import contextlib
 import gc
 import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from torch.profiler import record_function
 
 from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_model_args, validate_config
 from trainer.data import SampleStream, build_dataset, build_tokenizer
+from trainer.data.identity import stream_identity
 from trainer.distributed import init_distributed, set_train_timeout
 from trainer.log import init_logging, logger
 from trainer.gpu_monitor import GpuSampler
@@ -42,6 +44,33 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+_LAUNCH_CONFIG = re.compile(r"config_(\d+)\.toml")
+
+
+def keep_launch_config(run_dir: Path, text: str) -> Path | None:
+    """Record this launch's resolved config in the run folder without losing an earlier one.
+
+    config.toml is the first launch's and is never rewritten (scripts/convert_checkpoint.py and the
+    user read it as the config the run started with). A launch whose config differs from the latest
+    kept one writes config_0002.toml, config_0003.toml, ... (names that sort after config.toml, in
+    launch order). Returns the file written, or None when the latest kept one is identical.
+    """
+    first = run_dir / "config.toml"
+    if not first.exists():
+        _atomic_write(first, text)
+        return first
+    numbered = sorted((int(m.group(1)), p) for p in run_dir.iterdir()
+                      if (m := _LAUNCH_CONFIG.fullmatch(p.name)))
+    latest = numbered[-1][1] if numbered else first
+    if latest.read_text() == text:
+        return None
+    path = run_dir / f"config_{(numbered[-1][0] if numbered else 1) + 1:04d}.toml"
+    _atomic_write(path, text)
+    logger.info(f"config: this launch's config differs from the earlier launch's {latest.name} "
+                f"(kept as it was); this launch's resolved config is {path}")
+    return path
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, global_tokens: int) -> torch.Tensor:
@@ -66,7 +95,7 @@ class Trainer:
         logger.info(f"parallel dims: {self.dims}")
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.run_dir / "config.toml", config_to_toml(cfg))
+            keep_launch_config(self.run_dir, config_to_toml(cfg))
         torch.manual_seed(cfg.run.seed)
         if cfg.run.deterministic:
             torch.use_deterministic_algorithms(True)
@@ -87,15 +116,12 @@ class Trainer:
         gbs = t.global_batch_size if t.global_batch_size > 0 else t.local_batch_size * self.dims.dp
         self.grad_accum = gbs // (t.local_batch_size * self.dims.dp)
         self.global_tokens = gbs * t.seq_len
+        # What a checkpoint records, so a resume can refuse to continue another stream.
+        self.data_identity = stream_identity(self.dataset, t.seq_len, gbs, cfg.run.seed)
 
         # Model: meta -> (fp8) -> parallelize -> materialize -> init, so no rank ever holds it whole.
         family = FAMILIES[cfg.model.name]
-        self.model_args = resolve_model_args(cfg)
-        if self.tokenizer.vocab_size > self.model_args.vocab_size:
-            raise ValueError(
-                f"tokenizer {cfg.data.tokenizer!r} has {self.tokenizer.vocab_size} tokens but model "
-                f"{cfg.model.name}/{cfg.model.flavor} has vocab_size {self.model_args.vocab_size}; "
-                "raise model.overrides.vocab_size or use a smaller tokenizer")
+        self.model_args = resolve_model_args(cfg)  # vocab_size covers the tokenizer: validate_config
         with torch.device("meta"):
             model = family.model_cls(self.model_args)
         if cfg.float8.enable:

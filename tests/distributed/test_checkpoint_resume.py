@@ -141,6 +141,13 @@ def test_stop_and_resume_is_bitwise_identical_with_async_save(dump, reference, w
     got = losses(dump / name)
     for step in range(11, STEPS + 1):
         assert got[step] == reference[step], (step, got[step], reference[step])
+    # Both launches' configs are kept: the first as config.toml, the second (other steps and
+    # interval) beside it, and the log says where it went.
+    run_dir = dump / name
+    assert sorted(p.name for p in run_dir.glob("config*")) == ["config.toml", "config_0002.toml"]
+    assert "steps = 10" in (run_dir / "config.toml").read_text()
+    assert "steps = 20" in (run_dir / "config_0002.toml").read_text()
+    assert f"this launch's resolved config is {run_dir / 'config_0002.toml'}" in proc.stderr
 
 
 def test_without_the_nan_fill_losses_and_resume_stay_bitwise(dump, reference):
@@ -174,6 +181,60 @@ def test_resume_on_another_world_size(dump, reference, nproc):
     # skipped (the stream's own tests check that a state of next_index = n means samples [0, n)).
     assert saved_state(run / "checkpoint" / "step-20") == \
         {"next_index": 160, "step": 20, "tokens_seen": 160 * 64}
+
+
+def test_changed_data_settings_are_refused_on_every_rank(dump, reference, tmp_path):
+    # Another dataset (a shard folder), seq_len and seed at once: both ranks stop with the same
+    # error, naming each key with its saved and current value; nothing in the run folder changes.
+    import numpy as np
+
+    from trainer.data.shards import write_shard
+    from trainer.data.tokenizer import ByteTokenizer
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_shard(shards / "a.bin", np.random.default_rng(0).integers(0, 258, 200_000), ByteTokenizer())
+    run = dump / "changed"
+    shutil.copytree(dump / "ref" / "checkpoint" / "step-10", run / "checkpoint" / "step-10")
+    before = {p: p.read_bytes() for p in (run / "checkpoint").rglob("*") if p.is_file()}
+    # torchrun stops the other ranks when one fails: looking only every 5 s, it lets both print.
+    proc = launch(dump, "changed", 2, "--training.seq_len=32", "--run.seed=1",
+                  f"--data.dataset={shards}", check=False, torchrun_args=("--monitor-interval=5",))
+    assert proc.returncode != 0
+    err = proc.stderr
+    for rank in (0, 1):  # raised on both ranks: neither waits for the other in a collective
+        assert f"[rank{rank}]: ValueError: checkpoint {run / 'checkpoint' / 'step-10'} was saved " \
+               "from a different data stream" in err, err[-4000:]
+    assert "training.seq_len (seq_len): saved 64, current 32" in err
+    assert "run.seed (seed): saved 0, current 1" in err
+    assert "data.dataset (dataset): saved 'sha256:" in err and "current 'sha256:" in err
+    assert f"({shards}, 200,000 tokens)" in err
+    assert "--training.seq_len=64 --run.seed=0" in err and "checkpoint.allow_data_change" in err
+    assert logged_steps(run) == []  # no step trained
+    assert {p: p.read_bytes() for p in (run / "checkpoint").rglob("*") if p.is_file()} == before
+
+
+def test_default_global_batch_on_fewer_ranks_is_refused_unless_allowed(dump):
+    # global_batch_size = -1 is local 2 x dp: 4 on 2 ranks, 2 on 1 rank. A resume on 1 rank would
+    # halve the batch silently; it is refused, with the flag that keeps the batch.
+    run = dump / "gbs"
+    launch(dump, "gbs", 2, "--training.global_batch_size=-1", "--training.steps=2",
+           "--checkpoint.interval=2")
+    proc = launch(dump, "gbs", 1, "--training.global_batch_size=-1", "--training.steps=4",
+                  "--checkpoint.interval=2", check=False)
+    assert proc.returncode != 0
+    assert "training.global_batch_size (global_batch_size): saved 4, current 2" in proc.stderr
+    assert "-1 means local_batch_size x data-parallel degree" in proc.stderr
+    assert "--training.global_batch_size=4" in proc.stderr
+    assert sorted(losses(run)) == [1, 2]  # the refused launch trained nothing
+    # On purpose: the run goes on with the new batch from the saved sample, and says so.
+    proc = launch(dump, "gbs", 1, "--training.global_batch_size=-1", "--training.steps=4",
+                  "--checkpoint.interval=2", "--checkpoint.allow_data_change")
+    assert "checkpoint.allow_data_change = true: resuming" in proc.stderr
+    assert "saved 4, current 2" in proc.stderr and "global sample 8 of the new stream" in proc.stderr
+    assert sorted(losses(run)) == [1, 2, 3, 4]
+    assert saved_state(run / "checkpoint" / "step-4") == \
+        {"next_index": 12, "step": 4, "tokens_seen": 12 * 64}
 
 
 def test_other_model_shape_fails_naming_key(dump, reference):

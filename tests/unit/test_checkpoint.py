@@ -47,7 +47,17 @@ class Stream:
         self.next_index = int(state["next_index"])
 
 
-def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, **ckpt) -> SimpleNamespace:
+def identity(**changes) -> dict:
+    """A stream identity as the Trainer records it (trainer/data/identity.py), with `changes`."""
+    out = {"stream_version": 1, "dataset": "sha256:00aa00aa00aa00aa", "dataset_name": "/data/a",
+           "dataset_tokens": 5000, "tokenizer": "bytes-v1", "seq_len": 16, "global_batch_size": 4,
+           "seed": 0}
+    out.update(changes)
+    return out
+
+
+def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, data: dict | None = None,
+                 **ckpt) -> SimpleNamespace:
     cfg = JobConfig()
     cfg.checkpoint.enable = True
     cfg.checkpoint.interval = 1
@@ -58,7 +68,8 @@ def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, **ckpt) -> Simp
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 / (1 + i))
     return SimpleNamespace(cfg=cfg, run_dir=run_dir, model=model, optimizer=opt,
-                           lr_scheduler=sched, stream=Stream(), step=0, tokens_seen=0)
+                           lr_scheduler=sched, stream=Stream(), step=0, tokens_seen=0,
+                           data_identity=identity(**(data or {})))
 
 
 def train_step(t: SimpleNamespace) -> float:
@@ -393,6 +404,134 @@ def test_stream_continues_on_another_dp_degree(tmp_path, new_dp):
             seen += t2.stream.next_batch()["indices"].tolist()
     # Samples 0..35: each exactly once, none skipped.
     assert sorted(seen) == list(range(36))
+
+
+# ---- the data stream a checkpoint continues ---------------------------------------------------
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("key, config_key, changed, shown", [
+    ("dataset", "data.dataset", {"dataset": "sha256:11bb11bb11bb11bb", "dataset_name": "/data/b",
+                                 "dataset_tokens": 7000},
+     "saved 'sha256:00aa00aa00aa00aa' (/data/a, 5,000 tokens), current 'sha256:11bb11bb11bb11bb' "
+     "(/data/b, 7,000 tokens)"),
+    ("tokenizer", "data.tokenizer", {"tokenizer": "sha256:feedfeedfeedfeed"},
+     "saved 'bytes-v1', current 'sha256:feedfeedfeedfeed'"),
+    ("seq_len", "training.seq_len", {"seq_len": 32}, "saved 16, current 32"),
+    ("global_batch_size", "training.global_batch_size", {"global_batch_size": 2}, "saved 4, current 2"),
+    ("seed", "run.seed", {"seed": 7}, "saved 0, current 7"),
+], ids=["dataset", "tokenizer", "seq_len", "global_batch_size", "seed"])
+def test_resume_refuses_another_data_stream(tmp_path, key, config_key, changed, shown):
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.close()
+    before = folder_bytes(tmp_path / "checkpoint")
+    t2 = make_trainer(tmp_path, interval=2, data=changed)
+    with pytest.raises(ValueError) as err:
+        CheckpointManager(t2).load()
+    msg = str(err.value)
+    assert str(tmp_path / "checkpoint" / "step-2") in msg
+    assert f"{config_key} ({key}): {shown}" in msg, msg
+    assert "checkpoint.allow_data_change = true" in msg and "saved values" in msg
+    assert t2.step == 0 and t2.stream.next_index == 0  # nothing was applied
+    assert folder_bytes(tmp_path / "checkpoint") == before  # nor changed on disk
+
+
+def test_refusal_names_every_difference_and_the_flags_that_restore_them(tmp_path):
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.close()
+    t2 = make_trainer(tmp_path, interval=2, data={"seq_len": 32, "seed": 3, "global_batch_size": 2})
+    assert t2.cfg.training.global_batch_size == -1
+    with pytest.raises(ValueError) as err:
+        CheckpointManager(t2).load()
+    msg = str(err.value)
+    for line in ("training.seq_len (seq_len): saved 16, current 32",
+                 "training.global_batch_size (global_batch_size): saved 4, current 2",
+                 "run.seed (seed): saved 0, current 3"):
+        assert line in msg, msg
+    assert "--training.seq_len=16 --training.global_batch_size=4 --run.seed=0" in msg
+    # The default -1 follows the number of ranks: the message says so and what to do.
+    assert "-1 means local_batch_size x data-parallel degree" in msg
+
+
+def test_allow_data_change_resumes_warns_and_records_the_new_stream(tmp_path):
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.close()
+    with captured_warnings() as warns:
+        t2, mgr2 = start(tmp_path, interval=2, allow_data_change=True, data={"global_batch_size": 8})
+    assert (t2.step, t2.stream.next_index) == (2, 8)  # the saved position, kept
+    assert any("allow_data_change" in w and "training.global_batch_size (global_batch_size): saved 4, "
+               "current 8" in w and "global sample 8" in w for w in warns), warns
+    run(t2, 2, mgr2)  # saves step-4 with the new identity
+    mgr2.close()
+    # The next resume compares with the new settings: no opt-in needed, no warning.
+    with captured_warnings() as warns:
+        t3, mgr3 = start(tmp_path, interval=2, data={"global_batch_size": 8})
+    assert t3.step == 4 and not warns, warns
+    mgr3.close()
+    with pytest.raises(ValueError, match=r"saved 8, current 4"):
+        start(tmp_path, interval=2)
+
+
+def test_checkpoint_without_identity_loads_with_one_warning(tmp_path, monkeypatch):
+    # A checkpoint as titankit wrote it before it recorded the stream: data = {"next_index"} only.
+    real = CheckpointManager._state_dict
+
+    def old_format(self, step):
+        state = real(self, step)
+        state["data"].pop("identity")
+        return state
+
+    monkeypatch.setattr(CheckpointManager, "_state_dict", old_format)
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.close()
+    monkeypatch.undo()
+    with captured_warnings() as warns:
+        t2, mgr2 = start(tmp_path, interval=2, data={"seq_len": 64})  # cannot be checked
+    assert (t2.step, t2.stream.next_index) == (2, 8)
+    assert [w for w in warns if "no data-stream identity" in w] == [w for w in warns], warns
+    assert len(warns) == 1 and "\n" not in warns[0] and "training.seq_len" in warns[0]
+    mgr2.close()
+
+
+def test_weights_only_initial_load_starts_a_new_stream_unchecked(tmp_path):
+    src, mgr = start(tmp_path / "src", interval=2)
+    run(src, 2, mgr)
+    mgr.close()
+    folder = str(tmp_path / "src" / "checkpoint")
+    t, m = start(tmp_path / "dst", initial_load_path=folder, data={"seq_len": 64, "seed": 5})
+    assert t.step == 0 and t.stream.next_index == 0
+    m.close()
+    # Loading its data position too continues its stream: checked like a resume.
+    with pytest.raises(ValueError, match=r"training\.seq_len \(seq_len\): saved 16, current 64"):
+        start(tmp_path / "dst2", initial_load_path=folder, initial_load_model_only=False,
+              data={"seq_len": 64})
+
+
+def test_ranks_reading_different_data_fail_together(tmp_path, monkeypatch):
+    # Two ranks, one of which sees other shards (e.g. a node with a stale copy): every rank gets
+    # the same error naming the rank, instead of training on different streams.
+    import trainer.checkpoint as ckpt
+
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.close()
+    t2 = make_trainer(tmp_path, interval=2)
+    m2 = CheckpointManager(t2)
+    m2.world_size = 2
+
+    def gather(out, obj, group=None):
+        out[0], out[1] = obj, identity(dataset="sha256:22cc22cc22cc22cc")
+
+    monkeypatch.setattr(ckpt.dist, "all_gather_object", gather)
+    with pytest.raises(ValueError, match=r"ranks read different data streams \(data\.dataset \(dataset\): "
+                                         r"rank 0 'sha256:00aa00aa00aa00aa' .*, rank 1 'sha256:22cc"):
+        m2._agreed_identity()
 
 
 def test_async_save_without_enough_host_memory_saves_blocking(tmp_path, monkeypatch):

@@ -600,3 +600,23 @@ def test_thunderkittens_with_document_masks_fails_before_any_rank_starts():
     with pytest.raises(ConfigError, match=r"command line: data.document_mask = true: .*\"triton\" or \"sdpa\""):
         validate_config(cfg, world_size=1)
     validate_config(load_config(["--model.attention=triton", "--data.document_mask"]), world_size=1)
+
+
+def test_tokenizer_larger_than_the_model_vocab_fails_before_any_rank_starts(tmp_path):
+    """The README's own data example once failed this way after every rank had started."""
+    families()
+    from tokenizers import Tokenizer, models
+
+    path = tmp_path / "tokenizer.json"
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(599)}, unk_token="w0"))
+    tok.add_special_tokens(["<|end_of_text|>"])  # 600 tokens; the loader needs an EOS token
+    tok.save(str(path))
+    cfg = load_config([f"--data.tokenizer={path}"])  # the debug model: vocab_size 512
+    with pytest.raises(ConfigError) as exc:
+        validate_config(cfg, world_size=1)
+    msg = str(exc.value)
+    assert "command line: data.tokenizer" in msg and "600 tokens" in msg and "vocab_size 512" in msg
+    assert "model.overrides.vocab_size = 600" in msg
+    validate_config(load_config([f"--data.tokenizer={path}", "--model.overrides.vocab_size=600"]), world_size=1)
+    with pytest.raises(ConfigError, match="command line: data.tokenizer: .*neither 'bytes' nor"):
+        validate_config(load_config([f"--data.tokenizer={tmp_path / 'missing.json'}"]), world_size=1)

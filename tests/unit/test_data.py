@@ -322,3 +322,44 @@ def test_stream_errors(source):
         s.load_state_dict({"index": 3})
     s.load_state_dict({"next_index": torch.tensor(9)})
     assert s.state_dict() == {"next_index": 9}
+
+
+# ----------------------------------------------------------------------------- stream identity
+
+
+def test_dataset_fingerprint_follows_the_shards_not_the_folder(tmp_path, source):
+    """What a checkpoint records as the dataset: the same shards anywhere give the same value;
+    another shard set (one shard more, one shorter, another tokenizer) gives another."""
+    import shutil
+
+    from trainer.data.identity import stream_identity
+
+    copy = tmp_path / "moved"
+    shutil.copytree(source.folder, copy)
+    assert TokenSource(copy).content_fingerprint == source.content_fingerprint
+    assert source.content_fingerprint.startswith("sha256:")
+    tok = ByteTokenizer()
+    write_shard(copy / "s3.bin", np.arange(50), tok)  # one more shard
+    grown = TokenSource(copy).content_fingerprint
+    write_shard(copy / "s3.bin", np.arange(49), tok)  # the same shard, regenerated shorter
+    shorter = TokenSource(copy).content_fingerprint
+    assert len({source.content_fingerprint, grown, shorter}) == 3
+    ident = stream_identity(source, seq_len=16, global_batch_size=8, seed=3)
+    assert ident == {"stream_version": 1, "dataset": source.content_fingerprint,
+                     "dataset_name": str(source.folder), "dataset_tokens": 5000,
+                     "tokenizer": "bytes-v1", "seq_len": 16, "global_batch_size": 8, "seed": 3}
+    with pytest.raises(ValueError, match="global_batch_size must be resolved"):
+        stream_identity(source, 16, -1, 3)
+
+
+def test_identity_differences_skip_keys_one_side_lacks():
+    from trainer.data.identity import describe, differences, dumps, loads
+
+    saved = {"stream_version": 1, "dataset": "sha256:a", "seq_len": 16, "seed": 0}
+    current = {**saved, "seq_len": 32, "seed": 0, "some_future_key": 1}
+    assert differences(saved, current) == ["seq_len"]
+    assert differences({k: v for k, v in saved.items() if k != "seq_len"}, current) == []
+    assert describe(saved, current, ["seq_len"]) == ["training.seq_len (seq_len): saved 16, current 32"]
+    assert loads(dumps(current), "x") == current
+    with pytest.raises(ValueError, match="step-3: the recorded data-stream identity is not valid JSON"):
+        loads("{oops", "step-3")

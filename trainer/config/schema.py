@@ -144,6 +144,11 @@ class Checkpoint:
     """With initial_load_path, load only model weights (not optimizer, data or step)."""
     load_step: int = -1
     """Resume from this step instead of the newest complete one (-1 = newest)."""
+    allow_data_change: bool = False
+    """A resume (or initial_load_path with initial_load_model_only = false) refuses a checkpoint saved
+    with another data.dataset, data.tokenizer, training.seq_len, resolved training.global_batch_size
+    or run.seed. true continues anyway, on purpose: the saved step, optimizer and sample index go on
+    in the new stream, and a warning lists what changed."""
 
 
 @dataclass

@@ -93,9 +93,27 @@ def _batch_rule(cfg: JobConfig, dp: int) -> None:
     raise ConfigError(msg)
 
 
+def _tokenizer_fits(cfg: JobConfig, args: Any) -> None:
+    """Every token id of data.tokenizer must have a row in the model's embedding."""
+    from trainer.data.tokenizer import build_tokenizer  # lazily: numpy and tokenizers, no torch
+
+    try:
+        vocab = build_tokenizer(cfg.data.tokenizer).vocab_size
+    except ValueError as e:
+        why = str(e) if str(e).startswith("data.tokenizer") else f"data.tokenizer: {e}"
+        raise ConfigError(f"{source_of(cfg, 'data.tokenizer')}: {why}") from e
+    if vocab > args.vocab_size:
+        raise ConfigError(
+            f"{source_of(cfg, 'data.tokenizer')}: data.tokenizer = {format_value(cfg.data.tokenizer)} has "
+            f"{vocab:,} tokens but model {cfg.model.name} flavor {cfg.model.flavor} has vocab_size "
+            f"{args.vocab_size:,}; use a config whose model covers it (the Llama-3 flavors have "
+            f"128,256), set model.overrides.vocab_size = {vocab} or more, or use a smaller tokenizer")
+
+
 def _model_limits(cfg: JobConfig, args: Any) -> None:
     """What the model or its attention backend cannot run, found here rather than at the first
     forward, after every rank has started."""
+    _tokenizer_fits(cfg, args)
     max_seq_len = getattr(args, "max_seq_len", None)
     if max_seq_len is not None and cfg.training.seq_len > max_seq_len:
         raise ConfigError(

@@ -11,6 +11,7 @@ leaves a half-written shard that a reader would count.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import warnings
@@ -146,11 +147,21 @@ def open_shard(bin_path: str | Path, expected_fingerprint: str | None = None) ->
     return np.memmap(bin_path, dtype=dtype, mode="r", shape=(header["count"],)), header
 
 
+def content_fingerprint(tokenizer_fingerprint: str, names: list[str], counts: list[int]) -> str:
+    """A short identity of a concatenation of shards: the tokenizer and each shard's name and token
+    count, in reading order. Built from the headers alone (no token is read), so it is free for a
+    corpus of thousands of shards, and it survives moving or copying the folder. Other shards, a
+    shard added, removed, renamed or regenerated with another length, all change it."""
+    ident = json.dumps([tokenizer_fingerprint, [[n, int(c)] for n, c in zip(names, counts)]])
+    return "sha256:" + hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
 class TokenSource:
     """The shards of a folder as one concatenated token array (read-only, memory-mapped).
 
     Global offset t lies in shard k where offsets[k] <= t < offsets[k + 1]. `len(src)` is the total
     token count; `src[a:b]` and `src.gather(starts, length)` read across shard boundaries.
+    `content_fingerprint` identifies the token sequence it presents (see content_fingerprint()).
     """
 
     def __init__(self, folder: str | Path, expected_fingerprint: str | None = None, name: str | None = None):
@@ -194,6 +205,8 @@ class TokenSource:
         self.vocab_size: int = first["vocab_size"]
         self.fingerprint: str = first["tokenizer_fingerprint"]
         self.dtype = _DTYPES[first["dtype"]]
+        self.content_fingerprint: str = content_fingerprint(
+            self.fingerprint, [p.name for p in self.paths], self.counts)
         # offsets: (n_shards + 1,) int64, offsets[k] = global index of shard k's first token.
         self.offsets = np.zeros(len(self.counts) + 1, dtype=np.int64)
         np.cumsum(self.counts, out=self.offsets[1:])

@@ -148,7 +148,9 @@ class SampleStream:
         return batch
 
     def state_dict(self) -> dict[str, int]:
-        """{"next_index": int}: identical on every rank; enough to resume on any dp size."""
+        """{"next_index": int}: identical on every rank; enough to resume on any dp size, as long as
+        the dataset, seq_len, seed and global batch stay (a checkpoint records them beside this and
+        checks them on resume: trainer/data/identity.py)."""
         return {"next_index": int(self.next_index)}
 
     def load_state_dict(self, state: dict) -> None:
