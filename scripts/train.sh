@@ -25,30 +25,60 @@ if [ "${NNODES:-1}" -gt 1 ]; then
 else
   rdzv=(--standalone)
 fi
-"$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
+# Preemption (README): SIGTERM or SIGUSR1 makes every rank finish its step, save it and exit 0.
+# torchrun handles neither usefully: SIGTERM it forwards to the ranks but then exits non-zero, and
+# SIGUSR1 (outside its --signals-to-handle, default SIGTERM,SIGINT,SIGHUP,SIGQUIT) kills it. So this
+# script traps both and signals the ranks itself, and torchrun starts with SIGUSR1 ignored: Slurm's
+# `--signal=USR1@T` (no B:) signals every process of the step at once, torchrun included. An ignored
+# signal stays ignored across exec and in torchrun's children, so a rank ignores SIGUSR1 too until
+# trainer/preemption.py installs its handler.
+( trap '' USR1; exec "$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
   ${MAX_RESTARTS:+--max-restarts=$MAX_RESTARTS} \
-  -m trainer.train --config "$CONFIG" "$@" &
+  -m trainer.train --config "$CONFIG" "$@" ) &
 launcher=$!
 
-# Preemption: SIGTERM (or SIGUSR1, e.g. `sbatch --signal=B:USR1@120`) to this script is forwarded
-# to the training processes themselves; they finish the current step, save a checkpoint and exit 0,
-# so torchrun and this script exit 0 too. (torchrun starts its workers in their own sessions, and
-# when it gets SIGTERM itself it forwards it but then exits non-zero.)
+workers() {  # torchrun's children on one line
+  local pids
+  pids=$(pgrep -P "$launcher" 2>/dev/null \
+         || cat /proc/"$launcher"/task/*/children 2>/dev/null || true)
+  echo $pids
+}
+signalled=""  # the ranks a preemption signal was forwarded to
+# The ranks run in their own sessions (torchrun starts them so), so they are signalled by pid.
 forward() {
   local kids
-  kids=$(pgrep -P "$launcher" 2>/dev/null || cat /proc/"$launcher"/task/*/children 2>/dev/null || true)
+  kids=$(workers)
   if [ -n "$kids" ]; then
+    signalled="$signalled $kids"
     kill -s "$1" $kids 2>/dev/null || true
   else
-    kill -s "$1" "$launcher" 2>/dev/null || true  # workers not started yet: stop the launcher
+    # No rank yet, so nothing to save: stop the launcher (TERM: it ignores USR1).
+    signalled="$signalled none"
+    kill -s TERM "$launcher" 2>/dev/null || true
   fi
 }
 trap 'forward TERM' TERM
 trap 'forward USR1' USR1
+# After a preemption signal, ranks that torchrun starts anew (--max-restarts, once a rank exited
+# non-zero: checkpoint.enable = false, or a failed save) would only train until the scheduler kills
+# the job: stop torchrun instead, so that the job ends now and non-zero.
+stop_restart() {
+  local kid
+  for kid in $(workers); do
+    case " $signalled " in
+      *" $kid "*) ;;
+      *) kill -s TERM "$launcher" 2>/dev/null || true; return ;;
+    esac
+  done
+}
 set +e
-# `wait` returns early (status > 128) whenever a trapped signal arrives: wait again until torchrun ends.
 while kill -0 "$launcher" 2>/dev/null; do
-  wait "$launcher"
+  if [ -z "$signalled" ]; then
+    wait "$launcher"  # returns early (status > 128) whenever a trapped signal arrives
+  else
+    stop_restart
+    sleep 0.5
+  fi
 done
 wait "$launcher"
 exit $?

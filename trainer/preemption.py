@@ -3,12 +3,20 @@
 A signal handler may run between any two bytecodes, so it only records the signal. At the end of
 each step all ranks agree on it with one tiny all_reduce(MAX) (a CPU int on a gloo-capable group:
 microseconds on one host, about a millisecond across nodes), so ranks that got the signal at
-different moments -- or not at all (torchrun forwards it to its own workers only) -- stop after
-the same step.
+different moments -- or not at all (a launcher may signal only its own node's ranks) -- stop after
+the same step. A rank that gets it twice (from Slurm and again from scripts/train.sh) records the
+first: it saves once.
 
 torchrun starts each worker in its own session and forwards SIGTERM to them when it gets one, but
-then exits non-zero itself; scripts/train.sh therefore traps the signal and forwards it to the
-workers directly, so that the launcher exits 0 once they have saved.
+then exits non-zero itself, and SIGUSR1 kills it; scripts/train.sh therefore starts torchrun with
+SIGUSR1 ignored, traps both signals and forwards them to the workers directly, so that the launcher
+exits 0 once they have saved. The workers inherit the ignored SIGUSR1; installing the handler here
+replaces it.
+
+With checkpoint.enable = false nothing can be saved: the trainer still watches (a
+PreemptionWatcher of its own) and calls exit_unsaved(), which says so on rank 0 and exits every rank
+with 128 + the signal number. A non-zero status tells Slurm (and `afterok` dependencies or requeue
+scripts) that the job did not finish and left nothing to continue from.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -31,6 +40,7 @@ class PreemptionWatcher:
     def __init__(self, group: dist.ProcessGroup | None = None):
         self.group = group
         self.received: int | None = None  # the first signal number seen
+        self.agreed_signal = 0  # set by agreed(): the highest signal number any rank received
         self._previous: dict[int, object] = {}
         if threading.current_thread() is not threading.main_thread():
             logger.warning("checkpoint: not in the main thread, so SIGTERM/SIGUSR1 cannot be "
@@ -45,10 +55,23 @@ class PreemptionWatcher:
 
     def agreed(self) -> bool:
         """True on every rank when any rank has received a preemption signal (a collective)."""
-        flag = torch.tensor([0 if self.received is None else 1], dtype=torch.int32)
+        # The signal number itself is reduced, so that every rank knows one (for exit_unsaved).
+        flag = torch.tensor([self.received or 0], dtype=torch.int32)
         if dist.is_initialized() and dist.get_world_size(self.group) > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(flag.item())
+        self.agreed_signal = int(flag.item())
+        return self.agreed_signal != 0
+
+    def exit_unsaved(self, step: int) -> NoReturn:
+        """After agreed() with checkpoint.enable = false: warn on rank 0, exit 128 + the signal."""
+        sig = signal.Signals(self.agreed_signal)
+        status = 128 + sig.value
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            logger.warning(f"preemption signal ({sig.name}) after step {step}: nothing is saved "
+                           f"because checkpoint.enable is false; exiting with status {status}: the "
+                           f"job did not finish (set checkpoint.enable = true to save the current "
+                           f"step on preemption)")
+        raise SystemExit(status)
 
     def close(self) -> None:
         """Restore the handlers that were installed before."""

@@ -33,6 +33,7 @@ from trainer.parallel import parallelize
 from trainer.parallel.dims import ParallelDims, env_world_size
 from trainer.parallel.fsdp import grad_sync_interval, reshard_after_last_backward_only
 from trainer.parallel.init import seeded_init_fn
+from trainer.preemption import PreemptionWatcher
 from trainer.profiling import StepProfiler
 
 
@@ -156,7 +157,7 @@ class Trainer:
         interval = cfg.metrics.gpu_sample_interval  # rank 0's GPU: the only rank that logs
         self.gpu_sampler = (GpuSampler.for_device(self.device, interval)
                             if interval > 0 and self.rank == 0 else None)
-        self.meter = StepMeter(self.flops_per_token, resolve_peak_flops(cfg.metrics, self.device),
+        self.meter = StepMeter(self.flops_per_token, resolve_peak_flops(cfg.metrics, self.device, self.rank),
                                cp=self.dims.cp, tp=self.dims.tp, device=self.device, gpu=self.gpu_sampler)
         dist.barrier()  # rank 0 may have waited on wandb.init; start the steps together
         self.checkpointer = None
@@ -165,6 +166,9 @@ class Trainer:
 
             self.checkpointer = CheckpointManager(self)
             self.checkpointer.load()
+        # Without checkpoints a preemption saves nothing, but every rank still stops after the same
+        # step and says why, instead of being killed mid-step (scripts/train.sh, README).
+        self.unsaved_preemption = None if cfg.checkpoint.enable else PreemptionWatcher()
         logger.info(f"model {cfg.model.name}/{cfg.model.flavor}: {self.n_params:,} params, "
                     f"{self.flops_per_token:.3e} FLOPs/token, grad accumulation {self.grad_accum}")
 
@@ -279,6 +283,8 @@ class Trainer:
                 if self.checkpointer.preempted():
                     logger.warning(f"preemption signal: checkpoint of step {self.step} saved, exiting")
                     break
+            if self.unsaved_preemption is not None and self.unsaved_preemption.agreed():
+                self.unsaved_preemption.exit_unsaved(self.step)
         profiler.close()
 
     def extra_metrics(self) -> dict[str, float]:
@@ -289,6 +295,8 @@ class Trainer:
     def close(self) -> None:
         if self.checkpointer is not None:
             self.checkpointer.close()
+        if self.unsaved_preemption is not None:
+            self.unsaved_preemption.close()
         self.metrics.close()
         if self.gpu_sampler is not None:
             self.gpu_sampler.close()
