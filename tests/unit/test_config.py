@@ -345,8 +345,12 @@ def test_range_edges_are_accepted(arg):
 
 
 def test_warmup_longer_than_run_warns():
-    with pytest.warns(UserWarning, match="lr_scheduler.warmup_steps = 20 .* training.steps = 5"):
-        load_config(["--training.steps=5", "--lr_scheduler.warmup_steps=20"])
+    with pytest.warns(UserWarning, match="lr_scheduler.warmup_steps = 20 .* training.steps = 5: warm-up "
+                      "is shortened to the run's 5 steps"):
+        cfg = load_config(["--training.steps=5", "--lr_scheduler.warmup_steps=20"])
+    from trainer.optim import lr_factor
+
+    assert lr_factor(5, 5, cfg.lr_scheduler) == 1.0  # what the warning says: the peak at the last step
 
 
 def test_deterministic_fill_alone_warns_that_it_changes_nothing():

@@ -138,11 +138,11 @@ def check_values(cfg: JobConfig) -> None:
             "ignored: checkpoint.async_mode = \"disabled\" saves while training waits; set "
             "async_mode = \"async\" for a writer process")
     warmup, steps = cfg.lr_scheduler.warmup_steps, cfg.training.steps
-    if warmup >= steps:
+    if warmup > steps:
         _warn_once(
             f"lr_scheduler.warmup_steps = {warmup} ({source_of(cfg, 'lr_scheduler.warmup_steps')}) "
-            f">= training.steps = {steps}: the run ends before warm-up does, the lr never reaches "
-            "optimizer.lr")
+            f"> training.steps = {steps}: warm-up is shortened to the run's {steps} steps (torchtitan's "
+            "rule), so the lr reaches optimizer.lr at the last step and never decays")
 
 
 _WARNED: set[str] = set()
