@@ -204,3 +204,35 @@ def test_per_op_policy_saves_dense_and_fp8_gemms_and_attention():
         assert policy(None, op) == CheckpointPolicy.MUST_SAVE, op
     for op in recomputed:
         assert policy(None, op) == CheckpointPolicy.PREFER_RECOMPUTE, op
+
+
+def test_every_other_mm_is_torchtitans_per_op_rule(baseline):
+    """selective_ac_option = "op_every_other_mm": of each block's dense matmuls in call order the
+    2nd, 4th, ... are recomputed (torchtitan v0.2.2's "op"); attention stays saved; gradients equal."""
+    base_model, tokens, base_counts, base_grads = baseline
+    model = copy.deepcopy(base_model)
+    model.zero_grad(set_to_none=True)
+    apply_ac(model, _ac("selective", "op_every_other_mm"))
+    counts, grads = _backward_counts(model, tokens)
+    for fqn, g in grads.items():
+        torch.testing.assert_close(g, base_grads[fqn], rtol=1e-6, atol=1e-7, msg=fqn)
+    assert counts["mm"] - base_counts["mm"] == (MM_PER_BLOCK // 2) * N_LAYERS
+    attn = "_scaled_dot_product_flash_attention_for_cpu"
+    assert counts[attn] == base_counts[attn]
+
+
+def test_every_other_mm_counts_forward_and_recompute_apart():
+    from types import SimpleNamespace as NS
+
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    from trainer.parallel.checkpointing import _save_list, op_policy
+
+    policy = op_policy(_save_list(), every_other_mm=True)
+    mm, fwd, rec = torch.ops.aten.mm.default, NS(is_recompute=False), NS(is_recompute=True)
+    save, again = CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_RECOMPUTE
+    assert [policy(fwd, mm) for _ in range(3)] == [save, again, save]
+    # The recompute pass asks again for the block's matmuls in the same order; its own count
+    # starts at 1, so it picks the same ones the forward saved.
+    assert [policy(rec, mm) for _ in range(3)] == [save, again, save]
+    assert policy(fwd, torch.ops.aten._scaled_mm.default) == save  # FP8 GEMMs: never counted

@@ -52,8 +52,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "training.max_norm": (lambda v: v >= 0, ">= 0 (0 disables clipping)"),
     "training.gc_freq": (lambda v: v >= 0, ">= 0 (0 = Python's automatic GC)"),
     "activation_checkpoint.selective_ac_option": (
-        lambda v: v == "op" or (v.isdigit() and int(v) >= 1),
-        "'op' or a positive integer N as a string (checkpoint every N-th block)"),
+        lambda v: v in ("op", "op_every_other_mm") or (v.isdigit() and int(v) >= 1),
+        "'op', 'op_every_other_mm' or a positive integer N as a string (checkpoint every N-th block)"),
     "parallelism.fsdp_prefetch": (lambda v: v >= 1, ">= 1 (1 = FSDP2's default: the next block)"),
     "parallelism.fsdp_grad_sync": (
         lambda v: v in GRAD_SYNC_NAMES or GRAD_SYNC_EVERY.fullmatch(v) is not None,

@@ -110,7 +110,10 @@ class ActivationCheckpoint:
     mode: str = "none"
     """none, full, selective, or memory_budget (the compiler picks what to recompute; needs compile)."""
     selective_ac_option: str = "op"
-    """With mode=selective: 'op' (save matmul outputs, recompute the rest) or an integer N (every N-th block)."""
+    """With mode=selective: 'op' (save every matmul and attention output, recompute the rest),
+    'op_every_other_mm' (torchtitan's per-op rule: every other dense matmul output is recomputed too;
+    less memory, more compute) or an integer N (full AC on every N-th block). torchtitan's 'op' is
+    titankit's 'op_every_other_mm'."""
     memory_budget: float = 0.5
     """With mode=memory_budget: the share of the no-AC activation memory the compiled blocks may keep
     (1 = recompute nothing, 0 = recompute all it can); the compiler recomputes the cheapest ops first."""

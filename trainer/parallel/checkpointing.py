@@ -23,6 +23,7 @@ every rank.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -36,6 +37,8 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 logger = logging.getLogger("titankit")
 
 MODES = ("none", "full", "selective", "memory_budget")
+OP_EVERY_OTHER_MM = "op_every_other_mm"
+PER_OP_OPTIONS = ("op", OP_EVERY_OTHER_MM)
 
 
 def _save_list() -> set:
@@ -73,20 +76,33 @@ def _is_saved_custom_op(func) -> bool:
     return name.split(".")[0] in _SAVED_CUSTOM_GEMMS or "attn_fwd" in name or "attention_fwd" in name
 
 
-def op_policy(save_ops: set):
+def op_policy(save_ops: set, every_other_mm: bool = False):
     """Policy for create_selective_checkpoint_contexts: save `save_ops` and our kernels' attention
-    and GEMM ops, recompute the rest."""
+    and GEMM ops, recompute the rest.
+
+    every_other_mm: torchtitan v0.2.2's rule for aten.mm (torchtitan/distributed/activation_checkpoint.py):
+    of a block's dense matmuls, in call order, the 1st, 3rd, ... are saved and the 2nd, 4th, ...
+    recomputed. The forward and the recompute count separately, so both pick the same ones. FP8 and
+    our custom GEMMs stay saved either way (torchtitan v0.2.2 saves none of them; recomputing them
+    cost 5% of a step, docs/benchmarks.md 5c). One policy per block forward: a fresh count each.
+    """
+    counts = {False: 0, True: 0}  # by ctx.is_recompute
 
     def policy(ctx, func, *args, **kwargs):
-        if getattr(func, "overloadpacket", None) in save_ops or _is_saved_custom_op(func):
+        packet = getattr(func, "overloadpacket", None)
+        if every_other_mm and packet is torch.ops.aten.mm:
+            counts[ctx.is_recompute] += 1
+            if counts[ctx.is_recompute] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        if packet in save_ops or _is_saved_custom_op(func):
             return CheckpointPolicy.MUST_SAVE
         return CheckpointPolicy.PREFER_RECOMPUTE
 
     return policy
 
 
-def _selective_context():
-    return create_selective_checkpoint_contexts(op_policy(_save_list()))
+def _selective_context(every_other_mm: bool = False):
+    return create_selective_checkpoint_contexts(op_policy(_save_list(), every_other_mm))
 
 
 def _recompute_everything(ctx, func, *args, **kwargs):
@@ -105,8 +121,12 @@ def _full_context():
     return create_selective_checkpoint_contexts(_recompute_everything)
 
 
-def _wrap(block: nn.Module, per_op: bool, compiled: bool) -> nn.Module:
-    context_fn = _selective_context if per_op else (_full_context if compiled else None)
+def _wrap(block: nn.Module, per_op: str | None, compiled: bool) -> nn.Module:
+    """per_op: the selective_ac_option of a per-op policy ("op" or "op_every_other_mm"), else None."""
+    if per_op is not None:
+        context_fn = functools.partial(_selective_context, per_op == OP_EVERY_OTHER_MM)
+    else:
+        context_fn = _full_context if compiled else None
     kwargs = {"context_fn": context_fn} if context_fn is not None else {}
     # preserve_rng_state=False: blocks hold no dropout, and stashing RNG costs a device sync.
     return checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
@@ -123,13 +143,14 @@ def parse_ac(ac) -> tuple[str, int | None]:
     """Validated (mode, every_n): every_n is set for "selective" with an integer option."""
     if ac.mode not in MODES:
         raise ValueError(f"activation_checkpoint.mode = {ac.mode!r}: valid values are {list(MODES)}")
-    if ac.mode != "selective" or ac.selective_ac_option == "op":
+    if ac.mode != "selective" or ac.selective_ac_option in PER_OP_OPTIONS:
         return ac.mode, None
     option = str(ac.selective_ac_option)
     if not option.isdigit() or int(option) < 1:
         raise ValueError(
             f"activation_checkpoint.selective_ac_option = {ac.selective_ac_option!r}: valid values "
-            "are 'op' (per-op policy) or a positive integer N (checkpoint every N-th block)"
+            f"are {' or '.join(repr(o) for o in PER_OP_OPTIONS)} (per-op policies) or a positive "
+            "integer N (checkpoint every N-th block)"
         )
     return ac.mode, int(option)
 
@@ -148,9 +169,12 @@ def apply_ac(model: nn.Module, ac, compiled: bool = False) -> nn.Module:
     for i, (name, block) in enumerate(list(model.layers.items())):
         if mode == "selective" and every_n is not None and i % every_n != 0:
             continue
-        model.layers[name] = _wrap(block, per_op=mode == "selective" and every_n is None, compiled=compiled)
+        per_op = ac.selective_ac_option if mode == "selective" and every_n is None else None
+        model.layers[name] = _wrap(block, per_op=per_op, compiled=compiled)
         wrapped += 1
-    what = {"full": "full", "selective": "selective per-op (save matmul/attention outputs)"}[mode]
+    saved = ("every other dense matmul output as torchtitan does, every FP8 GEMM and attention output"
+             if ac.selective_ac_option == OP_EVERY_OTHER_MM else "matmul and attention outputs")
+    what = {"full": "full", "selective": f"selective per-op (save {saved})"}[mode]
     if every_n is not None:
         what = f"full on every {every_n}-th block"
     logger.info("Applied activation checkpointing: %s, %d of %d blocks", what, wrapped,
