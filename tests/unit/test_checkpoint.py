@@ -155,7 +155,7 @@ def test_rng_roundtrip(tmp_path):
 
 
 def test_partial_and_truncated_folders_are_skipped(tmp_path):
-    t, mgr = start(tmp_path, interval=2)
+    t, mgr = start(tmp_path, interval=2, keep_latest_k=2)
     run(t, 6, mgr)
     mgr.close()
     ckpt = tmp_path / "checkpoint"

@@ -133,8 +133,8 @@ class Checkpoint:
     """Checkpoint folder inside the run folder."""
     interval: int = 500
     """Save every this many steps (and at the last step)."""
-    keep_latest_k: int = 2
-    """Keep this many complete checkpoints (>= 2); 0 keeps all."""
+    keep_latest_k: int = 10
+    """Keep this many complete checkpoints (>= 2); 0 keeps all. 10 is torchtitan's default too."""
     async_mode: str = "disabled"
     """disabled (blocking save) or async (save in the background on its own gloo group)."""
     async_writer: str = "thread"
@@ -190,17 +190,19 @@ class Optimizer:
 
 @dataclass
 class LRScheduler:
-    warmup_steps: int = 10
+    warmup_steps: int = 200
     """Linear warm-up steps: step s <= warmup_steps runs at lr x s / warmup_steps (torchtitan's)."""
-    decay_type: str = "cosine"
+    decay_type: str = "linear"
     """Decay shape towards lr x min_lr_factor: linear, sqrt (1 - sqrt(progress)) or cosine."""
     decay_ratio: float = 1.0
     """The share of training.steps, at the end, that decays (0 < decay_ratio <= 1); the steps
     between warm-up and that decay stay at lr (warmup-stable-decay, arXiv 2404.06395). 1 (torchtitan's
     unset): decay over all steps after warm-up. Decay steps = round(decay_ratio x steps), at most
     steps - warmup_steps."""
-    min_lr_factor: float = 0.1
-    """The lr decays towards lr x min_lr_factor (reached one step after the last, as in torchtitan)."""
+    min_lr_factor: float = 0.0
+    """The lr decays towards lr x min_lr_factor (reached one step after the last, as in torchtitan).
+    The section's defaults are torchtitan v0.2.2's, so a torchtitan TOML that leaves a key out means
+    the same schedule here."""
 
 
 @dataclass
