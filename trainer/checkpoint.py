@@ -21,10 +21,12 @@ SIGUSR1.
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import os
 import pickle
 import random
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -79,6 +82,25 @@ from trainer.log import logger
 from trainer.preemption import PreemptionWatcher
 
 FULL_SECTIONS = ("optimizer", "lr_scheduler", "data", "train")
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """exc, its __cause__/__context__ chain, and the per-rank failures a CheckpointException holds."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is x for x in seen):
+            continue
+        seen.append(e)
+        todo += [e.__cause__, e.__context__]
+        failures = getattr(e, "failures", None)  # CheckpointException: {rank: (exception, traceback)}
+        if isinstance(failures, dict):
+            for f in failures.values():
+                f = f[0] if isinstance(f, tuple) and f else f
+                if isinstance(f, BaseException):
+                    todo.append(f)
+    return seen
 
 
 def capture_rng() -> dict[str, Any]:
@@ -428,11 +450,25 @@ class CheckpointManager:
         return every[0]
 
     # ---- save ----------------------------------------------------------------------------------
+    def after_step(self, step: int, last: bool = False) -> bool:
+        """The trainer's call after every step (collective). True: a preemption signal reached some
+        rank and this step is saved; stop training.
+
+        The preemption check comes first: a signal sent to a whole process group also ends DCP's
+        writer processes, and a regular save or poll that met their failed write first would raise
+        before the preempted step could be saved.
+        """
+        if self.preempted():
+            return True
+        self.maybe_save(step, last)
+        return False
+
     def maybe_save(self, step: int, last: bool = False) -> None:
-        """Called after every step: saves every `interval` steps and at the last one."""
+        """Saves every `interval` steps and at the last one (after_step calls it)."""
         if not self.enabled:
             return
-        self._poll()
+        if self._poll():
+            return  # the same signal reached every rank's writer: the next after_step saves
         if step % self.cfg.interval == 0 or last:
             self.save(step, blocking=not self.async_mode)
 
@@ -449,7 +485,10 @@ class CheckpointManager:
         writer = self.writer_factory(str(path))
         t0 = time.perf_counter()
         if blocking or not self._async_fits(state):
-            dcp.save(state, storage_writer=writer, process_group=self.group)
+            try:
+                dcp.save(state, storage_writer=writer, process_group=self.group)
+            except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
+                raise RuntimeError(self._write_failure(path, exc)) from exc
             self._last_saved = step
             self._finish(step, path, t0, None)
             return
@@ -588,9 +627,24 @@ class CheckpointManager:
         how = "saved" if staged is None else f"written in the background (staging {staged:.2f}s)"
         logger.info(f"checkpoint step-{step} {how} in {elapsed:.2f}s: {path}")
 
-    def _poll(self) -> None:
-        if self._pending is not None and self._pending.future.done():
+    def _poll(self) -> bool:
+        """Finish an async save that is done. True: it failed after this rank got a preemption
+        signal, and the failure is left to the preemption save."""
+        if self._pending is None or not self._pending.future.done():
+            return False
+        if self.watcher is None or self.watcher.received is None:
             self._wait()
+            return False
+        # This rank has a preemption signal that after_step has not agreed on yet (it came after
+        # this step's check), and the signal may be what ended the write: the next step's check
+        # handles the failure and saves the step instead of failing the run here.
+        try:
+            self._wait()
+        except RuntimeError as exc:
+            logger.error(f"{exc}; after a preemption signal: the preemption save follows")
+            self._last_saved = -1
+            return True
+        return False
 
     def _wait(self) -> None:
         """Block until the async save in flight (if any) is complete, then apply retention."""
@@ -599,9 +653,24 @@ class CheckpointManager:
             return
         try:
             pending.future.result()
-        except Exception as exc:
-            raise RuntimeError(f"async save of checkpoint {pending.path} failed: {exc}") from exc
+        except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
+            raise RuntimeError(f"async save: {self._write_failure(pending.path, exc)}") from exc
         self._finish(pending.step, pending.path, pending.started, pending.staged_s)
+
+    def _write_failure(self, path: Path, exc: BaseException) -> str:
+        """What a failed write tells the user: the folder, the cause (DCP buries "no space left"
+        in per-rank tracebacks), the free space, and which checkpoint a relaunch would use."""
+        free = ""
+        try:
+            free = f"; {shutil.disk_usage(self.root).free / 1e9:.1f} GB free on {self.root}"
+        except OSError:
+            pass
+        no_space = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in _causes(exc))
+        complete = [s for s, _ in complete_step_folders(self.root, warn=False)]
+        last = f"step-{complete[-1]}" if complete else "none yet"
+        return (f"checkpoint {path} could not be written{' (no space left on the device)' if no_space else ''}"
+                f"{free}: {exc}. The folder stays incomplete and a relaunch skips it; the newest "
+                f"complete checkpoint is {last}")
 
     # ---- preemption and shutdown ---------------------------------------------------------------
     def preempted(self) -> bool:
@@ -615,7 +684,7 @@ class CheckpointManager:
             # process group): a write they left unfinished must not stop the save of this step.
             self._wait()
         except RuntimeError as exc:
-            logger.error(f"{exc}; its folder stays incomplete and is not used for a resume")
+            logger.error(f"{exc}. The preempted step is saved now")
             self._last_saved = -1  # it may have been this very step: save it again below
         self.save(self.trainer.step, blocking=True)
         return True

@@ -279,8 +279,7 @@ class Trainer:
                     **self.extra_metrics(),
                 })
             if self.checkpointer is not None:
-                self.checkpointer.maybe_save(self.step, last=last)
-                if self.checkpointer.preempted():
+                if self.checkpointer.after_step(self.step, last=last):
                     logger.warning(f"preemption signal: checkpoint of step {self.step} saved, exiting")
                     break
             if self.unsaved_preemption is not None and self.unsaved_preemption.agreed():

@@ -9,6 +9,7 @@ training go on and saves the state of its own step; a preemption signal saves th
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
@@ -654,7 +655,7 @@ def test_preemption_saves_its_step_when_the_writer_process_was_killed(tmp_path):
         with captured_warnings() as logged:
             assert mgr.preempted()  # waits for the failed write, then saves step 2 itself, blocking
         mgr.close()
-        assert any("step-2 failed" in m and "not used for a resume" in m for m in logged), logged
+        assert any("step-2 could not be written" in m and "a relaunch skips it" in m for m in logged), logged
     finally:
         # DCP keeps one writer process per training process; later tests need a live one.
         executor._CHECKPOINT_PROCESS = None
@@ -662,3 +663,76 @@ def test_preemption_saves_its_step_when_the_writer_process_was_killed(tmp_path):
     t2, mgr2 = start(tmp_path, interval=2)
     assert t2.step == 2
     mgr2.close()
+
+
+def test_a_write_the_signal_ended_does_not_stop_the_next_steps_preemption_save(tmp_path):
+    """The audit's case: the signal ended the writer process, the trainer's next call after the
+    step met the failed write before any preemption check, and the run died with nothing saved.
+    after_step checks for preemption first, so the step is saved and the run stops cleanly."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    t, mgr = start(tmp_path, interval=2, async_mode="async", async_writer="process")
+    mgr.writer_factory = SlowWriter
+    try:
+        for _ in range(2):
+            train_step(t)
+            assert not mgr.after_step(t.step)  # step 2: written in the background, slowly
+        deadline = time.monotonic() + 30
+        while executor._CHECKPOINT_PROCESS is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # DCP starts its writer process from a thread of its own
+        os.kill(writer_pid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        deadline = time.monotonic() + 30
+        while not mgr._pending.future.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mgr._pending.future.done()  # failed: the next maybe_save alone would raise on it
+        train_step(t)
+        with captured_warnings() as logged:
+            assert mgr.after_step(t.step)
+        mgr.close()
+        assert any("step-2 could not be written" in m for m in logged), logged
+    finally:
+        executor._CHECKPOINT_PROCESS = None  # DCP keeps one per process; later tests need a live one
+    assert steps_on_disk(tmp_path) == ["step-3"]  # the incomplete step-2 is gone, step-3 complete
+    t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 3
+    mgr2.close()
+
+
+class FullDiskWriter(FileSystemWriter):
+    """A filesystem that runs out of space during the write."""
+
+    def write_data(self, plan, planner):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_says_so_and_names_the_checkpoint_a_relaunch_uses(tmp_path):
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)  # step-2 complete
+    mgr.writer_factory = FullDiskWriter
+    with pytest.raises(RuntimeError) as err:
+        run(t, 2, mgr)
+    msg = str(err.value)
+    assert f"checkpoint {tmp_path / 'checkpoint' / 'step-4'} could not be written (no space left" in msg
+    assert "GB free on" in msg and "newest complete checkpoint is step-2" in msg
+    mgr.close()
+    t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 2
+    mgr2.close()
+
+
+def test_an_async_write_failure_raised_as_dcps_base_exception_is_reported():
+    """DCP raises CheckpointException, a BaseException: `except Exception` alone let it through."""
+    from concurrent.futures import Future
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from trainer.checkpoint import _Pending
+
+    future: Future = Future()
+    future.set_exception(CheckpointException("write failed", {0: (OSError(errno.ENOSPC, "full"), None)}))
+    mgr = CheckpointManager.__new__(CheckpointManager)
+    mgr.root = Path("/nonexistent-titankit-root")
+    mgr._pending = _Pending(6, Path("/x/checkpoint/step-6"), future, time.perf_counter(), 0.1)
+    with pytest.raises(RuntimeError, match=r"async save: checkpoint /x/checkpoint/step-6 could not be "
+                       r"written \(no space left on the device\)"):
+        mgr._wait()
