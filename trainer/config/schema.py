@@ -190,7 +190,7 @@ class Optimizer:
 
 @dataclass
 class LRScheduler:
-    warmup_steps: int = 200
+    warmup_steps: int = 10
     """Linear warm-up steps: step s <= warmup_steps runs at lr x s / warmup_steps (torchtitan's)."""
     decay_type: str = "linear"
     """Decay shape towards lr x min_lr_factor: linear, sqrt (1 - sqrt(progress)) or cosine."""
@@ -201,8 +201,9 @@ class LRScheduler:
     steps - warmup_steps."""
     min_lr_factor: float = 0.0
     """The lr decays towards lr x min_lr_factor (reached one step after the last, as in torchtitan).
-    The section's defaults are torchtitan v0.2.2's, so a torchtitan TOML that leaves a key out means
-    the same schedule here."""
+    decay_type, decay_ratio and min_lr_factor default to torchtitan v0.2.2's values, so a torchtitan
+    TOML that leaves them out means the same decay here. warmup_steps does not (torchtitan: 200): the
+    defaults of steps and seq_len are sized for a CPU run of the debug model, and so is this one."""
 
 
 @dataclass
