@@ -624,3 +624,245 @@ def test_tokenizer_larger_than_the_model_vocab_fails_before_any_rank_starts(tmp_
     validate_config(load_config([f"--data.tokenizer={path}", "--model.overrides.vocab_size=600"]), world_size=1)
     with pytest.raises(ConfigError, match="command line: data.tokenizer: .*neither 'bytes' nor"):
         validate_config(load_config([f"--data.tokenizer={tmp_path / 'missing.json'}"]), world_size=1)
+
+
+# ---------------------------------------------------------------- torchtitan keys titankit lacks
+
+from trainer.config.fields import TORCHTITAN_KEYS, all_keys  # noqa: E402
+
+KIND_PHRASE = {
+    "renamed": "torchtitan's",  # "torchtitan's name for titankit's X" / "torchtitan's section [x]"
+    "inverted": "torchtitan's inverse of titankit's",
+    "unsupported": "which titankit does not support: remove it",
+    "harmless": "means nothing in titankit",
+}
+
+
+def test_torchtitan_table_is_consistent_with_the_schema():
+    titankit = set(all_keys()) | set(sections())
+    for path, entry in TORCHTITAN_KEYS.items():
+        assert entry.kind in KIND_PHRASE, path
+        # An entry for a key titankit now has would hide it: drop the entry when adding the key.
+        assert path not in titankit, f"{path} is a titankit key; remove it from TORCHTITAN_KEYS"
+        if entry.kind in ("renamed", "inverted"):
+            assert entry.target.strip("[]") in titankit, (path, entry.target)
+        if entry.kind in ("unsupported", "harmless"):
+            assert entry.note, path
+    for target in ("parallelism.enable_loss_parallel",):
+        assert section_fields("parallelism")[target.split(".")[1]][0] is bool
+
+
+def _toml_setting(path: str, value: str = "1") -> str:
+    """TOML that sets dotted `path` (a section alone gets a key inside it)."""
+    parts = path.split(".")
+    if len(parts) == 1:
+        parts.append("some_key")
+    return f"[{'.'.join(parts[:-1])}]\n{parts[-1]} = {value}\n"
+
+
+@pytest.mark.parametrize("path", sorted(TORCHTITAN_KEYS))
+def test_every_torchtitan_entry_explains_itself_and_never_guesses(tmp_path, path):
+    entry = TORCHTITAN_KEYS[path]
+    f = write(tmp_path / "tt.toml", _toml_setting(path))
+    with pytest.raises(ConfigError) as exc:
+        load_file(f)
+    msg = str(exc.value)
+    assert msg.startswith(f"{f}: ") and "\n" not in msg
+    assert "did you mean" not in msg and "unknown key" not in msg and "Valid keys" not in msg
+    assert KIND_PHRASE[entry.kind] in msg
+    assert entry.target in msg and entry.note in msg and entry.instead in msg
+    # The command line gets the same explanation (it names the section of an unknown section).
+    with pytest.raises(ConfigError) as exc:
+        load_config([f"--{path if '.' in path else path + '.some_key'}=1"])
+    msg = str(exc.value)
+    assert msg.startswith("command line: ") and "did you mean" not in msg
+
+
+@pytest.mark.parametrize("text, needles", [
+    # renamed: the titankit key to write, with the value
+    ("[debug]\nseed = 3\n", ["debug.seed = 3: torchtitan's name for titankit's run.seed",
+                             "write seed = 3 under [run]"]),
+    ('[job]\ndump_folder = "out"\n', ['write dump_folder = "out" under [run]']),
+    ('[quantize.linear.float8]\nfilter_fqns = ["output", "w2"]\n',
+     ['write filter_fqns = ["output", "w2"] under [float8]']),
+    # renamed where the values differ: no value copied
+    ('[model]\nhf_assets_path = "./assets"\n', ["titankit's data.tokenizer", "tokenizer.json"]),
+    # inverted boolean: the inverted value
+    ("[parallelism]\ndisable_loss_parallel = true\n",
+     ["write enable_loss_parallel = false under [parallelism]"]),
+    ("[parallelism]\ndisable_loss_parallel = false\n",
+     ["write enable_loss_parallel = true under [parallelism]"]),
+    # unsupported: says so, and what to do instead
+    ("[parallelism]\npipeline_parallel_degree = 2\n",
+     ["pipeline parallelism, which titankit does not support", "data_parallel_shard_degree"]),
+    ("[parallelism]\nexpert_tensor_parallel_degree = 2\n", ["tensor-parallel experts, which titankit"]),
+    ("[profiling]\nprofile_freq = 10\n", ["periodic profiling, which titankit does not support",
+                                          "profiling.profile_start_step"]),
+    ("[training]\nenable_cpu_offload = true\n", ["CPU offloading, which titankit does not support"]),
+    # harmless: may be removed
+    ("[metrics]\ndisable_color_printing = false\n", ["means nothing in titankit", "remove it"]),
+])
+def test_torchtitan_keys_get_their_message(tmp_path, text, needles):
+    f = write(tmp_path / "tt.toml", text)
+    with pytest.raises(ConfigError) as exc:
+        load_file(f)
+    msg = str(exc.value)
+    assert "did you mean" not in msg
+    for needle in needles:
+        assert needle in msg
+
+
+def test_torchtitan_keys_on_the_command_line_are_spelled_as_flags():
+    with pytest.raises(ConfigError) as exc:
+        load_config(["--parallelism.disable_loss_parallel"])
+    msg = str(exc.value)
+    assert "--parallelism.enable_loss_parallel=false" in msg and "did you mean" not in msg
+    with pytest.raises(ConfigError, match=r"command line: \[debug\]: .*titankit's \[run\].*run\.seed"):
+        load_config(["--debug.seed=3"])
+
+
+# The parts of torchtitan v0.2.2's torchtitan/models/llama3/train_configs/debug_model.toml that
+# titankit does not have, verbatim (its other keys are titankit's too).
+TORCHTITAN_DEBUG_MODEL = """
+[job]
+dump_folder = "./outputs"
+description = "Llama 3 debug training"
+print_config = false
+
+[profiling]
+enable_profiling = false
+save_traces_folder = "profile_trace"
+profile_freq = 10
+enable_memory_snapshot = false
+save_memory_snapshot_folder = "memory_snapshot"
+
+[metrics]
+log_freq = 1
+disable_color_printing = false
+save_tb_folder = "tb"
+
+[model]
+name = "llama3"
+hf_assets_path = "./tests/assets/tokenizer"
+
+[training]
+steps = 10
+dataset = "c4_test"
+
+[parallelism]
+pipeline_parallel_degree = 1
+pipeline_parallel_schedule = "Interleaved1F1B"
+
+[checkpoint]
+last_save_model_only = false
+export_dtype = "float32"
+
+[compile]
+components = ["model", "loss"]
+
+[quantize.linear.float8]
+enable_fsdp_float8_all_gather = false
+precompute_float8_dynamic_scale_for_fsdp = false
+filter_fqns = ["output"]
+
+[validation]
+enable = false
+dataset = "c4_validation"
+freq = 5
+steps = 10
+"""
+
+
+def test_all_unknown_keys_of_a_file_come_in_one_error(tmp_path):
+    f = write(tmp_path / "debug_model.toml", TORCHTITAN_DEBUG_MODEL + '[run]\nnme = "x"\nseed = "0"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_file(f)
+    msg = str(exc.value)
+    lines = msg.splitlines()
+    assert lines[0] == f"{f}: 20 problems:"
+    for key in ["job.dump_folder", "job.description", "job.print_config", "profiling.profile_freq",
+                "profiling.save_memory_snapshot_folder", "metrics.disable_color_printing",
+                "metrics.save_tb_folder", "model.hf_assets_path", "training.dataset",
+                "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
+                "checkpoint.last_save_model_only", "checkpoint.export_dtype", "compile.components",
+                "quantize.linear.float8.enable_fsdp_float8_all_gather",
+                "quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp",
+                "quantize.linear.float8.filter_fqns", "[validation] (enable, dataset, freq, steps)"]:
+        assert sum(line.startswith(f"  - {key}") for line in lines) == 1, key
+    # A titankit typo and a bad type in the same file: reported too, with the fuzzy hint and the
+    # valid keys listed once at the end.
+    assert "  - unknown key run.nme; did you mean run.name?" in lines
+    assert '  - run.seed = "0": expected an integer' in lines
+    assert lines[-1].startswith("Valid keys in [run]: name, dump_folder")
+    assert msg.count("did you mean") == 1
+
+
+def test_unknown_key_without_a_hint_is_punctuated(tmp_path):
+    f = write(tmp_path / "p.toml", "[model]\nqqqqzzzz = 1\n")
+    with pytest.raises(ConfigError) as exc:
+        load_file(f)
+    assert str(exc.value) == (f"{f}: unknown key model.qqqqzzzz. Valid keys in [model]: "
+                              + ", ".join(section_fields("model")))
+    with pytest.raises(ConfigError, match=r"unknown section \[qqqqzzzz\]\. Valid sections: run, "):
+        load_config(["--qqqqzzzz.x=1"])
+
+
+# ---------------------------------------------------------------- data.dataset before start-up
+
+
+def test_missing_dataset_folder_fails_in_validation(tmp_path):
+    missing = tmp_path / "no_shards"
+    cfg = load_config([f"--data.dataset={missing}"])
+    with pytest.raises(ConfigError) as exc:
+        validate_config(cfg, world_size=1)
+    msg = str(exc.value)
+    assert msg.startswith(f'command line: data.dataset = "{missing}": no folder at {missing}')
+    assert f"scripts/prepare_data.py --input FILES --output {missing} --tokenizer bytes" in msg
+    f = write(tmp_path / "d.toml", f'[data]\ndataset = "{missing}"\n')
+    with pytest.raises(ConfigError, match=rf"^{f}: data.dataset = "):
+        validate_config(load_file(f), world_size=1)
+    with pytest.raises(ConfigError, match=rf"{f} is a file, not a folder"):
+        validate_config(load_config([f"--data.dataset={f}"]), world_size=1)
+
+
+def test_existing_dataset_folder_and_embedded_pass_validation(tmp_path):
+    families()
+    (tmp_path / "shards").mkdir()
+    validate_config(load_config([f"--data.dataset={tmp_path / 'shards'}"]), world_size=1)
+    validate_config(load_config(["--data.dataset=embedded"]), world_size=1)
+
+
+# ---------------------------------------------------------------- parallel errors name their source
+
+
+def test_parallel_errors_name_the_file_and_valid_degrees(tmp_path):
+    f = write(tmp_path / "tp8.toml", "[parallelism]\ntensor_parallel_degree = 8\n")
+    with pytest.raises(ConfigError) as exc:
+        validate_config(load_file(f), world_size=2)
+    msg = str(exc.value)
+    assert msg.startswith(f"{f}: world size 2 is not divisible")
+    assert "tensor_parallel_degree can be 1 or 2" in msg and "\n" not in msg
+    # Degrees from a file and the command line: both named, each with its keys.
+    with pytest.raises(ConfigError) as exc:
+        validate_config(load_file(f, "--parallelism.data_parallel_shard_degree=2"), world_size=8)
+    msg = str(exc.value)
+    assert msg.startswith(f"command line (data_parallel_shard_degree) and {f} "
+                          "(tensor_parallel_degree): parallel degrees multiply to 16")
+    assert "data_parallel_shard_degree = 1 (or -1" in msg
+    # A bad degree names where that degree was set.
+    with pytest.raises(ConfigError, match=r"^command line: parallelism.context_parallel_degree = 0"):
+        validate_config(load_file(f, "--parallelism.context_parallel_degree=0"), world_size=8)
+
+
+def test_llama3_70b_two_gpu_command_in_its_comment_validates():
+    families()
+    import re
+
+    text = (REPO / "configs" / "llama3_70b.toml").read_text()
+    header = text[:text.index("\n[")]
+    ngpu = re.search(r"NGPU=(\d+) CONFIG=configs/llama3_70b.toml", header)
+    assert ngpu, "the 2-GPU command is gone from configs/llama3_70b.toml's comment"
+    overrides = re.findall(r"--[\w.]+=\S+", header[ngpu.end():])
+    assert "--model.overrides.n_layers=4" in overrides
+    cfg = load_config(["--config", str(REPO / "configs" / "llama3_70b.toml"), *overrides])
+    validate_config(cfg, world_size=int(ngpu.group(1)))

@@ -1,9 +1,11 @@
 """TOML files -> checked nested dicts -> JobConfig.
 
 Each file is checked on its own (unknown sections/keys, types) before merging, so an error names
-the file that holds the bad line. `include = ["base.toml", ...]` at the top level of a file merges
-the included files first, in order, then the file itself on top (later wins; tables merge key by
-key, other values are replaced). Included paths are relative to the including file.
+the file that holds the bad line; one error lists all of a file's problems (a torchtitan key that
+titankit lacks is explained from fields.TORCHTITAN_KEYS). `include = ["base.toml", ...]` at the top
+level of a file merges the included files first, in order, then the file itself on top (later wins;
+tables merge key by key, other values are replaced). Included paths are relative to the including
+file.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from typing import Any
 
 from trainer.config.fields import (
     ConfigError,
+    Problem,
     coerce,
     format_value,
+    problems_message,
     section_fields,
     sections,
-    unknown_key_message,
-    unknown_section_message,
+    unknown_key_problems,
+    unknown_section_problems,
 )
 from trainer.config.schema import JobConfig
 
@@ -46,34 +50,45 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 def check_tree(tree: dict[str, Any], source: str) -> tuple[dict[str, Any], Sources]:
     """Check one file's (or the command line's) tables against the schema; return the normalised
-    tree and the source of every key it sets."""
+    tree and the source of every key it sets. Every unknown key and bad value of the tree is
+    reported in one ConfigError."""
     out: dict[str, Any] = {}
     srcs: Sources = {}
+    problems: list[Problem] = []
     for section, table in tree.items():
         if section not in sections():
             # A bare key at the top level ("steps = 3") is usually a key missing its [section].
             owners = [f"{s}.{section}" for s in sections() if section in section_fields(s)]
             if owners and not isinstance(table, dict):
-                raise ConfigError(
-                    f"{source}: top-level key {section} = {format_value(table)} is not in a section;"
+                problems.append(Problem(
+                    f"top-level key {section} = {format_value(table)} is not in a section;"
                     f" did you mean {owners[0]}? (put it under [{owners[0].split('.')[0]}])"
-                )
-            raise ConfigError(unknown_section_message(section, source))
+                ))
+            else:
+                problems += unknown_section_problems(section, table, source)
+            continue
         if not isinstance(table, dict):
-            raise ConfigError(
-                f"{source}: {section} = {format_value(table)}: expected a table ([{section}])"
-            )
+            problems.append(
+                Problem(f"{section} = {format_value(table)}: expected a table ([{section}])"))
+            continue
         fields = section_fields(section)
         checked: dict[str, Any] = {}
         for key, value in table.items():
             if key not in fields:
-                raise ConfigError(unknown_key_message(section, key, source))
-            checked[key] = coerce(value, fields[key][0], f"{section}.{key}", source)
+                problems += unknown_key_problems(section, key, value, source)
+                continue
+            try:
+                checked[key] = coerce(value, fields[key][0], f"{section}.{key}", source)
+            except ConfigError as e:
+                problems.append(Problem(str(e).removeprefix(f"{source}: ")))
+                continue
             srcs[f"{section}.{key}"] = source
             if isinstance(checked[key], dict):  # model.overrides: each entry has its own source
                 for sub in checked[key]:
                     srcs[f"{section}.{key}.{sub}"] = source
         out[section] = checked
+    if problems:
+        raise ConfigError(problems_message(source, problems))
     return out, srcs
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
 from typing import Any
 
 from trainer.config.checks import check_values
@@ -127,6 +128,40 @@ def _model_limits(cfg: JobConfig, args: Any) -> None:
             "or set data.document_mask = false")
 
 
+def _dataset_exists(cfg: JobConfig) -> None:
+    """data.dataset is "embedded" or a folder of token shards (trainer.data.build_dataset): a
+    missing folder is found here, not after every rank has started."""
+    spec = cfg.data.dataset
+    if spec == "embedded":
+        return
+    folder = Path(spec).expanduser().absolute()
+    if folder.is_dir():
+        return
+    found = f"{folder} is a file, not a folder" if folder.exists() else f"no folder at {folder}"
+    raise ConfigError(
+        f"{source_of(cfg, 'data.dataset')}: data.dataset = {format_value(spec)}: {found}; "
+        "data.dataset is \"embedded\" or a folder of token shards, made with python "
+        f"scripts/prepare_data.py --input FILES --output {spec} --tokenizer {cfg.data.tokenizer}")
+
+
+_DEGREES = ("parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+            "parallelism.context_parallel_degree", "parallelism.tensor_parallel_degree",
+            "parallelism.expert_parallel_degree")
+
+
+def _where(cfg: JobConfig, keys: tuple[str, ...]) -> str:
+    """Where `keys` were set: 'a.toml', or 'a.toml (tensor_parallel_degree) and command line
+    (data_parallel_shard_degree)' when they differ; 'default' when none was set."""
+    by_source: dict[str, list[str]] = {}
+    for key in keys:
+        source = source_of(cfg, key)
+        if source != "default":
+            by_source.setdefault(source, []).append(key.split(".", 1)[1])
+    if len(by_source) <= 1:
+        return next(iter(by_source), "default")
+    return " and ".join(f"{s} ({', '.join(k)})" for s, k in by_source.items())
+
+
 def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
     """All checks for a run on `world_size` ranks; returns the run's ParallelDims."""
     from trainer.parallel.dims import ParallelDims
@@ -138,10 +173,13 @@ def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
         check_profiling_config(cfg)
     except ValueError as e:
         raise ConfigError(str(e)) from e
+    _dataset_exists(cfg)
     try:
         dims = ParallelDims.from_config(cfg.parallelism, world_size)
     except ValueError as e:
-        raise ConfigError(str(e)) from e
+        # A message about one degree starts with its key; the others concern them all.
+        keys = tuple(k for k in _DEGREES if str(e).startswith(k)) or _DEGREES
+        raise ConfigError(f"{_where(cfg, keys)}: {e}") from e
     _batch_rule(cfg, dims.dp)
     args = resolve_model_args(cfg)
     n_heads = args.n_heads
@@ -149,7 +187,10 @@ def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
     try:
         dims.validate_for_model(n_heads, n_kv_heads, cfg.training.seq_len)
     except ValueError as e:
-        raise ConfigError(f"{e} (model {cfg.model.name} flavor {cfg.model.flavor})") from e
+        seq = str(e).startswith("training.seq_len")
+        keys = ("training.seq_len",) + _DEGREES[2:4] if seq else _DEGREES[3:4]
+        raise ConfigError(f"{_where(cfg, keys)}: {e} (model {cfg.model.name} flavor "
+                          f"{cfg.model.flavor})") from e
     _model_limits(cfg, args)
     if dims.ep > 1:
         n_experts = getattr(args, "n_experts", None)

@@ -13,6 +13,7 @@ Nothing else in titankit reads WORLD_SIZE or creates process groups for the mode
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -70,7 +71,7 @@ class ParallelDims:
         }
         for attr, key in names.items():
             if getattr(self, attr) < 1:
-                raise ValueError(f"{key} = {getattr(self, attr)}: must be >= 1")
+                raise ValueError(f"{key} = {getattr(self, attr)}: must be >= 1 (1 turns it off)")
         if self.dp_shard == 0 or self.dp_shard < -1:
             raise ValueError(
                 f"parallelism.data_parallel_shard_degree = {self.dp_shard}: must be >= 1, or -1 for "
@@ -83,30 +84,49 @@ class ParallelDims:
                     f"world size {self.world_size} is not divisible by data_parallel_replicate_degree "
                     f"x context_parallel_degree x tensor_parallel_degree = {self.dp_replicate} x "
                     f"{self.cp} x {self.tp} = {others}, so data_parallel_shard_degree = -1 has no "
-                    "valid value"
+                    f"valid value; {self._tp_choices()}; or run on a multiple of {others} ranks"
                 )
             self.dp_shard = self.world_size // others
         product = others * self.dp_shard
         if product != self.world_size:
+            if self.world_size % others == 0:
+                fix = (f"set parallelism.data_parallel_shard_degree = {self.world_size // others} "
+                       "(or -1 to take the rest)")
+            else:
+                rest_fits = self.world_size % (self.dp_replicate * self.cp) == 0
+                fix = (f"dp_replicate x cp x tp = {others} does not divide it either: "
+                       f"{self._tp_choices()}"
+                       f"{' (and data_parallel_shard_degree -1, the rest)' if rest_fits else ''}; "
+                       f"or run on {product} ranks")
             raise ValueError(
                 f"parallel degrees multiply to {product} (dp_replicate {self.dp_replicate} x dp_shard "
                 f"{self.dp_shard} x cp {self.cp} x tp {self.tp}) but the world size is "
-                f"{self.world_size}; set parallelism.data_parallel_shard_degree = -1 to take the rest"
+                f"{self.world_size}; {fix}"
             )
         if self.ep > 1:
             borrow = self.dp_shard * self.cp
             if borrow % self.ep != 0 and (borrow * self.tp) % self.ep != 0:
                 raise ValueError(
                     f"parallelism.expert_parallel_degree = {self.ep} must divide dp_shard x cp = "
-                    f"{borrow} (or dp_shard x cp x tp = {borrow * self.tp})"
+                    f"{borrow} (or dp_shard x cp x tp = {borrow * self.tp}); valid: "
+                    f"{_listing(_divisors(borrow * self.tp))}"
                 )
+
+    def _tp_choices(self) -> str:
+        """For a message: the tensor_parallel_degree values that fit the world size."""
+        w, rest = self.world_size, self.dp_replicate * self.cp
+        if w % rest == 0:
+            return (f"with dp_replicate and cp unchanged, tensor_parallel_degree can be "
+                    f"{_listing(_divisors(w // rest))}")
+        return f"no tensor_parallel_degree fits while dp_replicate x cp = {rest} does not divide {w}"
 
     def validate_for_model(self, n_heads: int, n_kv_heads: int, seq_len: int) -> None:
         """Checks that need the model shape: TP splits heads, CP (load-balanced) splits seq in 2cp."""
         if n_heads % self.tp != 0 or n_kv_heads % self.tp != 0:
             raise ValueError(
                 f"parallelism.tensor_parallel_degree = {self.tp} must divide the model's query heads "
-                f"({n_heads}) and KV heads ({n_kv_heads})"
+                f"({n_heads}) and KV heads ({n_kv_heads}); valid: "
+                f"{_listing(_divisors(math.gcd(n_heads, n_kv_heads)))}"
             )
         div = 2 * self.cp * self.tp if self.cp > 1 else self.tp
         if seq_len % div != 0:
@@ -176,6 +196,16 @@ class ParallelDims:
     def __str__(self) -> str:
         return (f"dp_replicate={self.dp_replicate} dp_shard={self.dp_shard} cp={self.cp} "
                 f"tp={self.tp} ep={self.ep} (world {self.world_size})")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _listing(values: list[int]) -> str:
+    """'1, 2 or 4'."""
+    words = [str(v) for v in values]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def device_type() -> str:
