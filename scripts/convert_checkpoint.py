@@ -7,8 +7,8 @@
         --config configs/llama3_8b.toml
     # then train with: --checkpoint.initial_load_path=/data/llama31-8b-titankit
 
-to-hf reads the run's own resolved config (config.toml in the run folder, two levels above the step
-folder) unless --config is given, loads one safetensors shard's worth of tensors at a time (so the
+to-hf reads the resolved config of the launch that saved the step (config.toml or config_NNNN.toml
+in the run folder, two levels above the step folder) unless --config is given, loads one safetensors shard's worth of tensors at a time (so the
 host needs about --shard-gb of memory, not the whole model), and writes bf16 by default. from-hf
 checks config.json and every tensor's shape against the titankit model of --config (plus any
 --section.key=value overrides) and stores the weights in their own dtype; the trainer's load
@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -58,6 +59,22 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if opts.direction == "to-hf" and opts.shard_gb <= 0:
         raise ValueError("--shard-gb must be > 0")
     return opts, rest
+
+
+def launch_config_of(step: Path) -> Path:
+    """The resolved config of the launch that saved `step`: the run folder keeps one per launch that
+    changed it (config.toml, config_0002.toml, ...; trainer/trainer.py keep_launch_config), each
+    written as its launch started, so it is the newest one written before the step's .metadata."""
+    run_dir = step.resolve().parent.parent
+    launches = [p for p in run_dir.glob("config*.toml") if re.fullmatch(r"config(_\d+)?\.toml", p.name)]
+    if len(launches) <= 1:
+        return run_dir / "config.toml"
+    saved = (step / ".metadata").stat().st_mtime
+    before = [p for p in launches if p.stat().st_mtime <= saved]
+    chosen = max(before or launches, key=lambda p: p.stat().st_mtime)
+    print(f"{run_dir} has {len(launches)} launch configs; {step.name} was saved under {chosen.name} "
+          "(pass --config to choose another)", file=sys.stderr)
+    return chosen
 
 
 def load_run_config(config: str, overrides: list[str]) -> tuple[Any, Any]:
@@ -156,7 +173,7 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
     reason = incomplete_reason(step) if step.is_dir() else "no such folder"
     if reason is not None:
         raise ValueError(f"{step} is not a complete checkpoint: {reason}")
-    config = Path(opts.config) if opts.config else step.resolve().parent.parent / "config.toml"
+    config = Path(opts.config) if opts.config else launch_config_of(step)
     if not config.is_file():
         raise ValueError(f"{config}: no such file; pass --config with the TOML the run was trained with")
     cfg, args = load_run_config(str(config), overrides)

@@ -166,11 +166,26 @@ class Trainer:
 
             self.checkpointer = CheckpointManager(self)
             self.checkpointer.load()
+        elif self.rank == 0:
+            self._warn_unused_checkpoints()
         # Without checkpoints a preemption saves nothing, but every rank still stops after the same
         # step and says why, instead of being killed mid-step (scripts/train.sh, README).
         self.unsaved_preemption = None if cfg.checkpoint.enable else PreemptionWatcher()
         logger.info(f"model {cfg.model.name}/{cfg.model.flavor}: {self.n_params:,} params, "
                     f"{self.flops_per_token:.3e} FLOPs/token, grad accumulation {self.grad_accum}")
+
+    def _warn_unused_checkpoints(self) -> None:
+        """A relaunch that forgot checkpoint.enable would silently start over beside the saved steps."""
+        from trainer.checkpoint_folders import complete_step_folders
+
+        root = self.run_dir / self.cfg.checkpoint.folder
+        steps = [s for s, _ in complete_step_folders(root, warn=False)] if root.is_dir() else []
+        if steps:
+            logger.warning(
+                f"checkpoint.enable = false, but {root} holds complete checkpoints of this run (steps "
+                f"{', '.join(map(str, steps))}): they are not loaded, this run starts at step 0, and "
+                f"its metrics are appended to metrics.jsonl. Set checkpoint.enable = true to resume "
+                f"from step {steps[-1]}, or use another run.name for a fresh run")
 
     # ---- one optimizer step -------------------------------------------------------------------
     def _loss_context(self):

@@ -228,3 +228,26 @@ def test_shards_stay_under_the_limit():
     sizes = {"a": 4, "b": 4, "c": 10, "d": 1}
     assert convert.plan_shards(list(sizes), sizes, 8) == [["a", "b"], ["c"], ["d"]]
     assert convert.plan_shards(list(sizes), sizes, 100) == [["a", "b", "c", "d"]]
+
+
+def test_export_uses_the_config_of_the_launch_that_saved_the_step(tmp_path, capsys):
+    """A run relaunched with another config keeps config.toml and adds config_0002.toml; a step
+    exported from the second launch must take its rope_theta, norm_eps, ... from the second."""
+    import os
+
+    run = tmp_path / "run"
+    for step in (4, 8):
+        (run / "checkpoint" / f"step-{step}").mkdir(parents=True)
+    # launch 1 writes config.toml, saves step-4; launch 2 writes config_0002.toml, saves step-8
+    times = {"config.toml": 100, "checkpoint/step-4/.metadata": 200, "config_0002.toml": 300,
+             "checkpoint/step-8/.metadata": 400}
+    for name, t in times.items():
+        (run / name).write_text("")
+        os.utime(run / name, (t, t))
+    assert convert.launch_config_of(run / "checkpoint" / "step-8") == run / "config_0002.toml"
+    assert "saved under config_0002.toml" in capsys.readouterr().err
+    assert convert.launch_config_of(run / "checkpoint" / "step-4") == run / "config.toml"
+    capsys.readouterr()
+    (run / "config_0002.toml").unlink()  # one launch: its config.toml, silently
+    assert convert.launch_config_of(run / "checkpoint" / "step-8") == run / "config.toml"
+    assert capsys.readouterr().err == ""
