@@ -4,6 +4,9 @@
         --tokenizer path/to/tokenizer.json --workers 8
 
 Resumable: rerunning the same command skips work units whose shards are already complete.
+The folder is ready only once COMPLETE.json exists (written last); training refuses it before.
+One run per output folder at a time (a lock file inside it). A folder made before markers existed,
+whose inputs are gone: `python scripts/prepare_data.py --mark-complete --output data/shards`.
 Train on the result with `--data.dataset data/shards --data.tokenizer path/to/tokenizer.json`.
 The logic lives in trainer/data/prepare.py.
 """
@@ -18,12 +21,12 @@ from pathlib import Path
 # Run from a checkout without installing: the repository root holds the `trainer` package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_UNIT_BYTES, prepare  # noqa: E402
+from trainer.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_UNIT_BYTES, mark_complete, prepare  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--input", nargs="+", required=True, metavar="PATH_OR_GLOB",
+    p.add_argument("--input", nargs="+", metavar="PATH_OR_GLOB",
                    help="files, folders, globs (quote them) or hf:NAME[:split]; .txt = one document per file, "
                         ".jsonl = one per line, .parquet = one per row")
     p.add_argument("--output", required=True, help="folder of the shards (created; reused to resume)")
@@ -33,8 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="most tokens per shard file")
     p.add_argument("--unit-mb", type=float, default=DEFAULT_UNIT_BYTES / 2**20,
                    help="input text per work unit (the grain of parallelism and of resuming)")
+    p.add_argument("--mark-complete", action="store_true",
+                   help="only write COMPLETE.json for a finished --output folder made before markers existed "
+                        "whose inputs are gone (otherwise rerun the command that made it)")
     args = p.parse_args(argv)
+    if args.mark_complete and args.input:
+        p.error("--mark-complete takes only --output (to finish a folder, rerun the command with its --input)")
+    if not args.mark_complete and not args.input:
+        p.error("the following arguments are required: --input")
     try:
+        if args.mark_complete:
+            mark_complete(args.output)
+            return 0
         prepare(
             args.input,
             args.output,

@@ -363,3 +363,46 @@ def test_identity_differences_skip_keys_one_side_lacks():
     assert loads(dumps(current), "x") == current
     with pytest.raises(ValueError, match="step-3: the recorded data-stream identity is not valid JSON"):
         loads("{oops", "step-3")
+
+
+# ----------------------------------------------------------------------------- completion marker
+
+
+def test_token_source_checks_the_completion_marker(tmp_path):
+    from trainer.data.shards import write_complete_marker
+
+    tok = ByteTokenizer()
+    sizes = {"s0.bin": 30, "s1.bin": 0, "s2.bin": 45}
+    for name, n in sizes.items():
+        write_shard(tmp_path / name, np.arange(n) % 256, tok)
+    write_complete_marker(tmp_path, {"shards": 3, "tokens": 75, "tokenizer": tok.fingerprint,
+                                     "shard_list": [[k, v] for k, v in sizes.items()]})
+    assert len(TokenSource(tmp_path, tok.fingerprint)) == 75
+    write_shard(tmp_path / "s2.bin", np.arange(44), tok)  # regenerated with another length
+    with pytest.raises(ValueError, match=r"folder .* does not match its COMPLETE\.json .*s2\.bin has 44 tokens, "
+                                         r"listed with 45"):
+        TokenSource(tmp_path)
+    (tmp_path / "s2.json").unlink()  # a half-written shard
+    with pytest.warns(UserWarning), pytest.raises(
+            ValueError, match=r"1 listed shard\(s\) missing or without a header: \['s2\.bin'\]"):
+        TokenSource(tmp_path)
+    write_shard(tmp_path / "s2.bin", np.arange(45), tok)
+    write_shard(tmp_path / "s3.bin", np.arange(5), tok)
+    with pytest.raises(ValueError, match=r"1 shard\(s\) not listed: \['s3\.bin'\]"):
+        TokenSource(tmp_path)
+    # A marker with a count only (the embedded corpus writes one) is checked too.
+    write_complete_marker(tmp_path, {"shards": 3, "tokens": 75})
+    with pytest.raises(ValueError, match=r"4 shard\(s\) present, 3 listed"):
+        TokenSource(tmp_path)
+
+
+def test_token_source_refuses_prepare_data_shards_without_marker(tmp_path):
+    tok = ByteTokenizer()
+    source = {"unit": {"kind": "txt", "files": [["a.txt", 3]]}, "part": 0, "parts": 1}
+    write_shard(tmp_path / "shard-000000-0000.bin", np.arange(10), tok, source=source)
+    msg = (r"dataset folder .* has no COMPLETE\.json: scripts/prepare_data\.py did not finish there .*"
+           r"--mark-complete --output ")
+    with pytest.raises(ValueError, match=msg):
+        TokenSource(tmp_path, tok.fingerprint)
+    with pytest.raises(ValueError, match="did not finish"):
+        build_dataset(SimpleNamespace(dataset=str(tmp_path), cache_dir=""), tok)

@@ -141,3 +141,156 @@ def test_cli(tmp_path, capsys):
     assert build_tokenizer("bytes").decode(src[:].tolist()) == "hello world\nsecond document"
     rc = prepare_data.main(["--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "o")])
     assert rc == 2 and "missing.txt" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- completion marker and lock
+
+
+def tiny_corpus(folder: Path, n: int = 4) -> list[str]:
+    """n small .txt files, one work unit each with unit_bytes=1 -> the --input list."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(n):
+        (folder / f"d{k}.txt").write_text(f"document {k} " * (k + 3))
+    return [str(folder / "d*.txt")]
+
+
+def test_marker_written_last_and_matching(tmp_path, monkeypatch):
+    import trainer.data.prepare as prep
+
+    inputs, out = tiny_corpus(tmp_path / "in"), tmp_path / "out"
+    calls: list[str] = []
+    real_header, real_marker = prep.write_shard_header, prep.write_complete_marker
+    monkeypatch.setattr(prep, "write_shard_header", lambda *a: (calls.append("header"), real_header(*a)))
+    monkeypatch.setattr(prep, "write_complete_marker", lambda *a: (calls.append("marker"), real_marker(*a)))
+    stats = prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    assert calls.count("marker") == 1 and calls[-1] == "marker" and calls.count("header") == len(stats.shards)
+    marker = json.loads((out / "COMPLETE.json").read_text())
+    src = TokenSource(out, "bytes-v1")
+    assert marker["inputs"] == inputs and marker["tokenizer"] == "bytes-v1" and marker["units"] == 4
+    assert marker["shards"] == len(stats.shards) == len(src.paths) > 4  # units wrote several parts
+    assert marker["tokens"] == len(src) == stats.tokens == stats.total_tokens
+    assert marker["shard_list"] == [[p.name, c] for p, c in zip(src.paths, src.counts)]
+    stamp = (out / "COMPLETE.json").stat().st_mtime_ns
+    assert all(p.stat().st_mtime_ns <= stamp for p in out.glob("shard-*"))
+    # A rerun with nothing to do leaves the marker as it is.
+    calls.clear()
+    prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    assert calls == [] and (out / "COMPLETE.json").stat().st_mtime_ns == stamp
+
+
+def test_interrupted_run_is_refused_and_a_rerun_completes_it(tmp_path, monkeypatch):
+    import trainer.data.prepare as prep
+
+    inputs = tiny_corpus(tmp_path / "in")
+    full = prepare(inputs, tmp_path / "ref", workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    out = tmp_path / "out"
+    real = prep.process_unit
+
+    def dies_at_unit_2(job):
+        if job[1].index == 2:
+            raise KeyboardInterrupt  # the tool killed between units
+        return real(job)
+
+    monkeypatch.setattr(prep, "process_unit", dies_at_unit_2)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    assert sorted(out.glob("shard-*.json")) and not (out / "COMPLETE.json").exists()
+    msg = r"dataset folder .*out has no COMPLETE\.json: scripts/prepare_data\.py did not finish there.*Rerun the same"
+    with pytest.raises(ValueError, match=msg):
+        TokenSource(out, "bytes-v1")
+    monkeypatch.setattr(prep, "process_unit", real)
+    redo = prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    assert (redo.skipped, redo.done) == (2, 2)
+    assert (out / "COMPLETE.json").read_text() == (tmp_path / "ref" / "COMPLETE.json").read_text()
+    assert np.array_equal(TokenSource(out, "bytes-v1")[:], TokenSource(tmp_path / "ref")[:])
+    assert redo.total_tokens == full.tokens
+
+    # A rerun that will change the folder invalidates the marker before it starts working.
+    for p in out.glob("shard-000001-*.json"):
+        p.unlink()
+
+    def dies_at_once(job):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prep, "process_unit", dies_at_once)
+    with pytest.raises(KeyboardInterrupt):
+        prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    assert not (out / "COMPLETE.json").exists()
+
+
+def test_folder_with_a_unit_missing_is_refused(tmp_path):
+    inputs, out = tiny_corpus(tmp_path / "in"), tmp_path / "out"
+    prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    gone = sorted(out.glob("shard-000003-*"))
+    for p in gone:
+        p.unlink()
+    msg = (r"dataset folder .*out does not match its COMPLETE\.json .*: \d+ listed shard\(s\) missing or without "
+           r"a header: \['shard-000003-0000\.bin'")
+    with pytest.raises(ValueError, match=msg):
+        TokenSource(out, "bytes-v1")
+    prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)  # the rerun repairs it
+    assert len(TokenSource(out, "bytes-v1").paths) == json.loads((out / "COMPLETE.json").read_text())["shards"]
+
+
+def test_mark_complete_for_folders_made_before_markers(tmp_path, capsys):
+    from trainer.data.prepare import mark_complete
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prepare_data
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    inputs, out = tiny_corpus(tmp_path / "in"), tmp_path / "out"
+    prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
+    reference = json.loads((out / "COMPLETE.json").read_text())
+    (out / "COMPLETE.json").unlink()  # as an older titankit left it
+    with pytest.raises(ValueError, match="has no COMPLETE.json"):
+        TokenSource(out)
+    assert prepare_data.main(["--mark-complete", "--output", str(out)]) == 0
+    assert "marked" in capsys.readouterr().out
+    marker = json.loads((out / "COMPLETE.json").read_text())
+    assert {k: marker[k] for k in ("shards", "tokens", "shard_list", "units")} == {
+        k: reference[k] for k in ("shards", "tokens", "shard_list", "units")}
+    assert len(TokenSource(out)) == reference["tokens"]
+    # A folder with a unit missing in the middle is not marked.
+    (out / "COMPLETE.json").unlink()
+    for p in out.glob("shard-000001-*"):
+        p.unlink()
+    with pytest.raises(ValueError, match=r"not complete, not marking it: unit\(s\) \[1\] missing"):
+        mark_complete(out, log=None)
+    assert not (out / "COMPLETE.json").exists()
+
+
+def test_second_concurrent_run_is_refused_while_the_lock_is_held(tmp_path, capsys):
+    import fcntl
+    import os
+    import socket
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prepare_data
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    inputs, out = tiny_corpus(tmp_path / "in", n=2), tmp_path / "out"
+    out.mkdir()
+    busy = out / ".shard-000000-0000.bin.tmp-424242"  # the first run's file being written
+    busy.write_bytes(b"x")
+    lock = out / ".prepare_data.lock"
+    with open(lock, "w") as held:  # the first run holds the lock (what output_lock does)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(f"{os.getpid()} {socket.gethostname()}\n")
+        held.flush()
+        msg = (rf"output folder .*out is in use by another scripts/prepare_data\.py run \(pid {os.getpid()} on "
+               rf"host {socket.gethostname()} holds .*\.prepare_data\.lock\)")
+        with pytest.raises(ValueError, match=msg):
+            prepare(inputs, out, workers=1, unit_bytes=1, log=None)
+        rc = prepare_data.main(["--input", *inputs, "--output", str(out), "--workers", "1", "--unit-mb", "0.000001"])
+        assert rc == 2 and "is in use by another scripts/prepare_data.py run" in capsys.readouterr().err
+        assert busy.exists() and not list(out.glob("shard-*"))
+    # Released (also by an error inside the run); the lock file left behind does not block.
+    assert (out / ".prepare_data.lock").exists()
+    stats = prepare(inputs, out, workers=1, unit_bytes=1, log=None)
+    assert stats.done == 2 and not busy.exists() and (out / "COMPLETE.json").exists()
+    with pytest.raises(ValueError, match="beyond this input set"):
+        prepare([str(tmp_path / "in" / "d0.txt")], out, workers=1, unit_bytes=1, log=None)
+    assert prepare(inputs, out, workers=1, unit_bytes=1, log=None).skipped == 2  # the failed run let go of the lock

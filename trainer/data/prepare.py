@@ -8,6 +8,11 @@ ranges of a dataset. Unit u writes shards `shard-{u:06d}-{part:04d}.bin` (each a
 `shard_tokens` tokens; every document followed by EOS), all data first, then the headers, each
 recording the unit's description and the part count. A rerun plans the same units and skips
 those whose shards are all complete, so an interrupted run resumes where it stopped.
+
+The folder counts as prepared only once `COMPLETE.json` exists (shards.COMPLETE_MARKER): written
+atomically as the run's last act (inputs, tokenizer, units, the shard list and total tokens),
+removed at the start of a run that will change the folder. A run holds an exclusive flock on
+`.prepare_data.lock` inside the folder, so a second run into the same folder stops at once.
 """
 
 from __future__ import annotations
@@ -16,21 +21,35 @@ import glob
 import json
 import multiprocessing as mp
 import os
+import re
+import socket
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .shards import make_header, read_header, write_shard_data, write_shard_header
+from .embedded import _file_lock
+from .shards import (
+    COMPLETE_MARKER,
+    make_header,
+    read_complete_marker,
+    read_header,
+    remove_complete_marker,
+    write_complete_marker,
+    write_shard_data,
+    write_shard_header,
+)
 from .tokenizer import build_tokenizer
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 DEFAULT_UNIT_BYTES = 64 * 2**20
 DEFAULT_SHARD_TOKENS = 2**26
 _ENCODE_BATCH_BYTES = 4 * 2**20
+LOCK_NAME = ".prepare_data.lock"
 
 
 @dataclass
@@ -52,6 +71,7 @@ class PrepareStats:
     text_chars: int = 0
     seconds: float = 0.0
     shards: list[str] = field(default_factory=list)
+    total_tokens: int = 0  # the whole folder's, as written to COMPLETE.json
 
     def summary(self, output: Path) -> str:
         rate = self.tokens / self.seconds if self.seconds > 0 else 0.0
@@ -63,6 +83,7 @@ class PrepareStats:
         ]
         if self.null_documents:
             lines.append(f"  skipped {self.null_documents} null document(s) (missing text value)")
+        lines.append(f"  complete: {len(self.shards)} shard(s), {self.total_tokens} tokens ({COMPLETE_MARKER} written)")
         return "\n".join(lines)
 
 
@@ -339,6 +360,93 @@ def process_unit(job: tuple[str, Unit, str, int]) -> dict:
     return {"documents": docs, "null_documents": nulls, "tokens": sum(counts), "text_chars": text_chars}
 
 
+# ----------------------------------------------------------------------------- folder lock and marker
+
+
+@contextmanager
+def output_lock(output: Path):
+    """Hold an exclusive, non-blocking flock on `output/.prepare_data.lock` for the whole run.
+
+    A second run into the same folder gets a ValueError naming the folder and the holder's pid. The
+    kernel drops the lock when its holder exits or dies, so a lock file left by a killed run never
+    blocks; it is not deleted (deleting it could let two runs lock two different files)."""
+    lock = output / LOCK_NAME
+    stack = ExitStack()
+    try:
+        stack.enter_context(_file_lock(lock, timeout_s=0.0))
+    except TimeoutError:
+        try:
+            holder = lock.read_text(encoding="ascii").split()
+        except (OSError, UnicodeDecodeError):
+            holder = []
+        who = f"pid {holder[0]} on host {holder[1]}" if len(holder) >= 2 else "a process (pid not yet written)"
+        raise ValueError(
+            f"output folder {output} is in use by another scripts/prepare_data.py run ({who} holds {lock}): "
+            f"wait for it to finish, or use another --output folder"
+        ) from None
+    with stack:
+        lock.write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="ascii")
+        yield
+
+
+def folder_shards(output: Path) -> list[tuple[str, dict]]:
+    """[(NAME.bin, validated header)] of every shard of `output` that has a header, by name."""
+    return [(h.with_suffix(".bin").name, read_header(h.with_suffix(".bin")))
+            for h in sorted(output.glob("shard-*.json"))]
+
+
+def _marker_info(shards: list[tuple[str, dict]], **made_from: Any) -> dict:
+    fps = sorted({h["tokenizer_fingerprint"] for _, h in shards})
+    return {
+        "format": 1,
+        **made_from,
+        "tokenizer": fps[0] if len(fps) == 1 else fps,
+        "shards": len(shards),
+        "tokens": sum(int(h["count"]) for _, h in shards),
+        "shard_list": [[name, int(h["count"])] for name, h in shards],
+    }
+
+
+def mark_complete(output: str | Path, log: Callable[[str], None] | None = print) -> dict:
+    """Write COMPLETE.json for a folder of prepare_data shards made before markers existed, whose
+    inputs are gone (so a rerun cannot add it). Refuses when a unit lacks parts or a unit index in
+    0..last is missing; units after the last one present cannot be checked: the user vouches."""
+    output = Path(output).expanduser()
+    if not output.is_dir():
+        raise ValueError(f"--output {output}: no such folder")
+    with output_lock(output):
+        shards = folder_shards(output)
+        if not shards:
+            raise ValueError(f"output folder {output} holds no shards (shard-*.bin + .json) to mark complete")
+        parts: dict[int, set[int]] = {}
+        wanted: dict[int, int] = {}
+        for name, h in shards:
+            source = h.get("source")
+            made_here = isinstance(source, dict) and "parts" in source
+            if not made_here or not re.fullmatch(r"shard-\d{6}-\d{4}\.bin", name):
+                raise ValueError(f"output folder {output}: {name} was not made by scripts/prepare_data.py; "
+                                 f"--mark-complete marks only prepare_data folders")
+            unit = int(name[len("shard-") : len("shard-000000")])
+            parts.setdefault(unit, set()).add(int(source.get("part", -1)))
+            wanted[unit] = int(source.get("parts", -1))
+        problems = [f"unit {u} has parts {sorted(p)} of {wanted[u]}"
+                    for u, p in sorted(parts.items()) if p != set(range(wanted[u]))]
+        gaps = sorted(set(range(max(parts) + 1)) - set(parts))
+        if gaps:
+            problems.append(f"unit(s) {gaps[:10]} missing")
+        if problems:
+            raise ValueError(
+                f"output folder {output} is not complete, not marking it: {'; '.join(problems[:10])}. "
+                f"Rerun the scripts/prepare_data.py command that made it"
+            )
+        info = _marker_info(shards, made_by="scripts/prepare_data.py --mark-complete", inputs=None, units=len(parts))
+        write_complete_marker(output, info)
+    if log is not None:
+        log(f"prepare_data: marked {output} complete on your word: {len(shards)} shard(s) of {len(parts)} unit(s), "
+            f"{info['tokens']} tokens (units after unit {max(parts)} cannot be checked)")
+    return info
+
+
 # ----------------------------------------------------------------------------- driver
 
 
@@ -361,7 +469,14 @@ def prepare(
     tok = build_tokenizer(tokenizer)
     output = Path(output).expanduser()
     output.mkdir(parents=True, exist_ok=True)
-    units = plan_units(expand_inputs(inputs), unit_bytes, text_key)
+    with output_lock(output):
+        return _prepare_locked(inputs, output, tok, tokenizer, workers, text_key, shard_tokens, unit_bytes, log, t0)
+
+
+def _prepare_locked(inputs, output: Path, tok, tokenizer: str, workers: int, text_key: str, shard_tokens: int,
+                    unit_bytes: int, log, t0: float) -> PrepareStats:
+    files = expand_inputs(inputs)
+    units = plan_units(files, unit_bytes, text_key)
     planned = {shard_name(u.index, 0)[: len("shard-000000")] for u in units}
     foreign = sorted(p.name for p in output.glob("shard-*.json") if p.name[: len("shard-000000")] not in planned)
     if foreign:
@@ -369,8 +484,9 @@ def prepare(
             f"output folder {output} holds shards beyond this input set ({foreign[:3]}...): "
             f"use a new --output folder for a different input set"
         )
-    for tmp in output.glob(".shard-*.tmp-*"):
-        tmp.unlink()  # temp files of an interrupted writer
+    for pattern in (".shard-*.tmp-*", f".{COMPLETE_MARKER}.tmp-*"):
+        for tmp in output.glob(pattern):
+            tmp.unlink()  # temp files of an interrupted writer (we hold the lock: no live one)
     stats = PrepareStats(units=len(units))
     todo = []
     for u in units:
@@ -378,6 +494,8 @@ def prepare(
             stats.skipped += 1
         else:
             todo.append((str(output), u, text_key, shard_tokens))
+    if todo:
+        remove_complete_marker(output)  # the folder is about to change: incomplete until the end
 
     def account(result: dict) -> None:
         stats.done += 1
@@ -406,8 +524,15 @@ def prepare(
                 for fut in futures:
                     fut.cancel()
                 raise
+    shards = folder_shards(output)
+    stats.shards = [name for name, _ in shards]
+    info = _marker_info(shards, made_by="scripts/prepare_data.py", inputs=list(inputs), input_files=files,
+                        tokenizer_spec=tokenizer, text_key=text_key, shard_tokens=shard_tokens,
+                        unit_bytes=unit_bytes, units=len(units))
+    stats.total_tokens = info["tokens"]
+    if todo or read_complete_marker(output) != info:
+        write_complete_marker(output, info)  # the last act: from now on the folder trains
     stats.seconds = time.perf_counter() - t0
-    stats.shards = sorted(p.with_suffix(".bin").name for p in output.glob("shard-*.json"))
     if log is not None:
         log(stats.summary(output))
     return stats

@@ -7,6 +7,12 @@ renamed, the header last: a shard exists only once its header does, so an interr
 leaves a half-written shard that a reader would count.
 
 `TokenSource` presents the shards of a folder (sorted by name) as one concatenated token array.
+
+A folder's completion marker `COMPLETE.json` is written last by whatever made the whole folder
+(scripts/prepare_data.py, the embedded corpus): {"shards": count, "tokens": total, "tokenizer":
+fingerprint, optional "shard_list": [[name, count], ...]}. TokenSource checks the folder against it,
+and refuses a folder of prepare_data shards (headers with a "source" unit) that has none: that run
+did not finish, and training on part of a dataset must never happen silently.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ SHARD_VERSION = 1
 MAX_OPEN_SHARDS = 64
 _DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 _REQUIRED = ("version", "dtype", "count", "eos_id", "tokenizer_fingerprint", "vocab_size")
+COMPLETE_MARKER = "COMPLETE.json"
 
 
 def shard_dtype(vocab_size: int) -> np.dtype:
@@ -147,6 +154,82 @@ def open_shard(bin_path: str | Path, expected_fingerprint: str | None = None) ->
     return np.memmap(bin_path, dtype=dtype, mode="r", shape=(header["count"],)), header
 
 
+def write_complete_marker(folder: str | Path, info: dict) -> None:
+    """Write `folder/COMPLETE.json` atomically: call it as the very last act of making the folder."""
+    text = json.dumps(info, indent=1, sort_keys=True).encode("ascii")
+    _atomic_write_bytes(Path(folder) / COMPLETE_MARKER, lambda f: f.write(text))
+
+
+def read_complete_marker(folder: str | Path) -> dict | None:
+    """The folder's COMPLETE.json, or None when it has none."""
+    path = Path(folder) / COMPLETE_MARKER
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"completion marker {path} is not valid JSON ({e}); rerun the tool that made the folder") from e
+    if not isinstance(marker, dict):
+        raise ValueError(f"completion marker {path} is not a JSON object; rerun the tool that made the folder")
+    return marker
+
+
+def remove_complete_marker(folder: str | Path) -> None:
+    """Invalidate the folder's marker before changing its shards (a no-op when it has none)."""
+    (Path(folder) / COMPLETE_MARKER).unlink(missing_ok=True)
+
+
+def _is_prepare_data_shard(header: dict) -> bool:
+    source = header.get("source")
+    return isinstance(source, dict) and "unit" in source and "parts" in source
+
+
+def check_complete(folder: Path, shards: list[tuple[str, dict]]) -> None:
+    """Check the shards of `folder` ([(name, header)] of every .bin with a header) against its
+    COMPLETE.json. Raises ValueError naming the folder and what differs; without a marker, raises
+    when the shards come from scripts/prepare_data.py (it writes the marker last)."""
+    marker = read_complete_marker(folder)
+    if marker is None:
+        if any(_is_prepare_data_shard(h) for _, h in shards):
+            raise ValueError(
+                f"dataset folder {folder} has no {COMPLETE_MARKER}: scripts/prepare_data.py did not finish "
+                f"there (killed, failed or still running), so it may hold only part of the dataset. Rerun the "
+                f"same prepare_data command to complete it (finished units are skipped). A folder made by "
+                f"titankit before markers existed gets its marker from that rerun too, or, when its inputs are "
+                f"gone, from: python scripts/prepare_data.py --mark-complete --output {folder}"
+            )
+        return  # made by another tool (write_shard): nothing says which shards belong
+    counts = {name: int(h["count"]) for name, h in shards}
+    diffs: list[str] = []
+    listed = marker.get("shard_list")
+    if isinstance(listed, list):
+        expected = {str(n): int(c) for n, c in listed}
+        missing = sorted(set(expected) - set(counts))
+        extra = sorted(set(counts) - set(expected))
+        changed = [f"{n} has {counts[n]} tokens, listed with {expected[n]}"
+                   for n in sorted(expected) if n in counts and counts[n] != expected[n]]
+        if missing:
+            diffs.append(f"{len(missing)} listed shard(s) missing or without a header: {missing[:5]}")
+        if extra:
+            diffs.append(f"{len(extra)} shard(s) not listed: {extra[:5]}")
+        diffs.extend(changed[:5])
+    elif isinstance(marker.get("shards"), int) and marker["shards"] != len(counts):
+        diffs.append(f"{len(counts)} shard(s) present, {marker['shards']} listed")
+    total = sum(counts.values())
+    if not diffs and isinstance(marker.get("tokens"), int) and marker["tokens"] != total:
+        diffs.append(f"{total} tokens present, {marker['tokens']} listed")
+    fps = {h["tokenizer_fingerprint"] for _, h in shards}
+    if isinstance(marker.get("tokenizer"), str) and fps != {marker["tokenizer"]}:
+        diffs.append(f"tokenizer {sorted(fps)}, listed {marker['tokenizer']!r}")
+    if diffs:
+        raise ValueError(
+            f"dataset folder {folder} does not match its {COMPLETE_MARKER} (written when the folder was "
+            f"finished): {'; '.join(diffs)}. Shards were removed, added or changed since: restore the folder, "
+            f"or rerun the scripts/prepare_data.py command that made it to redo the missing part"
+        )
+
+
 def content_fingerprint(tokenizer_fingerprint: str, names: list[str], counts: list[int]) -> str:
     """A short identity of a concatenation of shards: the tokenizer and each shard's name and token
     count, in reading order. Built from the headers alone (no token is read), so it is free for a
@@ -188,8 +271,10 @@ class TokenSource:
         self.counts: list[int] = []
         first: dict | None = None
         first_path = complete[0]
+        headers: list[tuple[str, dict]] = []
         for p in complete:
             header = read_header(p, expected_fingerprint)
+            headers.append((p.name, header))
             if first is None:
                 first = header
             elif header["tokenizer_fingerprint"] != first["tokenizer_fingerprint"]:
@@ -201,6 +286,7 @@ class TokenSource:
                 self.paths.append(p)
                 self.counts.append(header["count"])
         assert first is not None
+        check_complete(self.folder, headers)
         self.eos_id: int = first["eos_id"]
         self.vocab_size: int = first["vocab_size"]
         self.fingerprint: str = first["tokenizer_fingerprint"]
