@@ -11,7 +11,8 @@ Layout: {run_dir}/{checkpoint.folder}/step-N/ holds one DCP checkpoint with thes
   rng           {"rank<r>": {"python", "numpy", "torch"[, "cuda"]}}: each rank saves and loads its own
 Bytes items with the same key on every rank are written by one rank only (DCP de-duplicates them).
 
-Start = resume: a complete step folder of this run wins (the newest, or checkpoint.load_step); else
+Start = resume: a complete step folder of this run wins (the newest, or checkpoint.load_step: a rewind
+applied once per checkpoint folder, recorded in load_step.json, _choose_load_step); else
 checkpoint.initial_load_path; else a fresh start. A load of more than weights continues the saved
 data stream, so it first checks that this run reads the same stream (_check_stream). See
 trainer/checkpoint_folders.py for what "complete" means and trainer/preemption.py for SIGTERM /
@@ -53,6 +54,7 @@ except ImportError:  # an older torch: async saves are written by a thread
     AsyncCheckpointerType = None  # type: ignore[assignment,misc]  # noqa: N816
 
 from trainer.checkpoint_folders import (
+    LOAD_STEP_RECORD,
     STEP_RE,
     apply_retention,
     check_model_fits,
@@ -60,11 +62,13 @@ from trainer.checkpoint_folders import (
     has_section,
     incomplete_reason,
     list_step_folders,
+    read_load_step_record,
     read_metadata,
     remove_partial,
     section_template,
     set_aside,
     step_folder,
+    write_load_step_record,
 )
 from trainer.checkpoint_memory import (
     RAM_FILESYSTEMS,
@@ -277,17 +281,34 @@ class CheckpointManager:
         self._stager: Any | None = None
         self._stager_checked = False
         self._async_verdict: bool | None = None  # set by the first async save (_async_fits)
+        # The step this run started from (load), whether its first save has set aside the complete
+        # folders after it (_prepare), and, on rank 0, the checkpoint.load_step rewind this run
+        # applied (the record entry that its first save completes; _choose_start / _record_rewind).
+        self._start_step = 0
+        self._swept = False
+        self._rewind: dict[str, Any] | None = None
         self.watcher = PreemptionWatcher() if self.enabled else None
 
     # ---- start = resume ------------------------------------------------------------------------
     def load(self) -> None:
         """Restore from this run's newest complete checkpoint (or load_step / initial_load_path)."""
         # One rank scans the folder and decides, so all ranks load the same checkpoint.
-        path, model_only = self._on_rank0(self._choose_start)
+        path, model_only, source = self._on_rank0(self._choose_start)
         if path is None:
             logger.info(f"checkpoint: nothing to resume from in {self.root}; starting at step 0")
             return
-        self._load(Path(path), model_only)
+        self._load(Path(path), model_only, initial=source == "initial")
+        self._start_step = int(self.trainer.step)
+        if source == "rewind":
+            self._on_rank0(self._record_rewind)
+        steps = int(self.trainer.cfg.training.steps)
+        if not model_only and self._start_step >= steps and self.rank == 0:
+            # The trainer's loop (while step < training.steps) would end at once without a word.
+            past = "" if self._start_step == steps else " (lower than the step it was saved at)"
+            logger.warning(
+                f"checkpoint: this run is already complete: it resumed {path} at step "
+                f"{self._start_step} and training.steps = {steps}{past}, so nothing is trained or "
+                f"saved. To train further, raise training.steps above {self._start_step}.")
 
     def _on_rank0(self, fn: Callable[[], Any]) -> Any:
         """Run fn on rank 0 and give its result to every rank; an error there is raised on all
@@ -304,25 +325,77 @@ class CheckpointManager:
             raise (ValueError if is_value_error else RuntimeError)(message)
         return box[0][1]
 
-    def _choose_start(self) -> tuple[str | None, bool]:
-        """(folder, model_only) to start from, or (None, False); rank 0 only (it logs the skips)."""
+    def _choose_start(self) -> tuple[str | None, bool, str | None]:
+        """(folder, model_only, source) to start from, or (None, False, None); rank 0 only (it logs
+        the skips). source: "resume" (this run's newest), "rewind" (checkpoint.load_step) or
+        "initial" (checkpoint.initial_load_path)."""
         if self.enabled:
             complete = complete_step_folders(self.root)
             if self.cfg.load_step >= 0:
-                for step, path in complete:
-                    if step == self.cfg.load_step:
-                        return str(path), False
-                steps = [s for s, _ in complete]
-                raise ValueError(
-                    f"checkpoint.load_step = {self.cfg.load_step}: "
-                    f"{step_folder(self.root, self.cfg.load_step)} is not a complete checkpoint "
-                    f"(complete ones in {self.root}: {steps or 'none'}); use -1 for the newest")
+                return self._choose_load_step(self.cfg.load_step, complete)
             if complete:
-                return str(complete[-1][1]), False
+                return str(complete[-1][1]), False, "resume"
         if self.cfg.initial_load_path:
             return str(self._resolve_initial(Path(self.cfg.initial_load_path).expanduser())), \
-                self.cfg.initial_load_model_only
-        return None, False
+                self.cfg.initial_load_model_only, "initial"
+        return None, False, None
+
+    def _choose_load_step(self, want: int,
+                          complete: list[tuple[int, Path]]) -> tuple[str, bool, str]:
+        """checkpoint.load_step rewinds once per checkpoint folder (README). The same load_step as
+        the last recorded rewind, once that rewind's first save set the abandoned steps aside and
+        complete steps after it exist, is the same command relaunched (a requeue, a restart): it
+        continues from the newest instead of setting its own progress aside again."""
+        rewinds = read_load_step_record(self.root)
+        last = rewinds[-1] if rewinds else None
+        newer = [(s, p) for s, p in complete if s > want]
+        if last is not None and last["load_step"] == want and last.get("first_save") is not None \
+                and newer:
+            newest_step, newest = newer[-1]
+            again = (f"to rewind to step {want} again, delete {self.root / LOAD_STEP_RECORD}"
+                     if any(s == want for s, _ in complete) else
+                     f"step-{want} itself has since been removed by keep_latest_k")
+            before = last.get("newest_before")
+            what = (f"rewound from step-{before} to step {want}" if before is not None else
+                    f"started from step {want}")
+            logger.warning(
+                f"checkpoint.load_step = {want} is not applied again: this checkpoint folder "
+                f"already {what} at {last.get('applied_at', '?')} (recorded in "
+                f"{LOAD_STEP_RECORD}) and has saved newer checkpoints since; this relaunch "
+                f"continues from the newest, step-{newest_step} ({again}; drop "
+                "checkpoint.load_step to silence this)")
+            return str(newest), False, "resume"
+        for step, path in complete:
+            if step == want:
+                newest_step = complete[-1][0]
+                self._rewind = {"load_step": want,
+                                "newest_before": newest_step if newest_step > want else None,
+                                "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                "first_save": None}
+                if newest_step > want:
+                    logger.warning(
+                        f"checkpoint.load_step = {want}: rewinding from step-{newest_step} to "
+                        f"step-{want}; the steps after it are renamed *.superseded at this run's "
+                        f"first save, and {LOAD_STEP_RECORD} records the rewind, so relaunching "
+                        "this command after that save continues from the newest checkpoint")
+                return str(path), False, "rewind"
+        steps = [s for s, _ in complete]
+        raise ValueError(
+            f"checkpoint.load_step = {want}: "
+            f"{step_folder(self.root, want)} is not a complete checkpoint "
+            f"(complete ones in {self.root}: {steps or 'none'}); use -1 for the newest")
+
+    def _record_rewind(self) -> None:
+        """Rank 0, after the load_step checkpoint loaded: record the rewind (unless the record's
+        last entry is this same rewind, applied again before its first save)."""
+        entry = self._rewind
+        if entry is None:
+            return
+        rewinds = read_load_step_record(self.root)
+        if rewinds and rewinds[-1]["load_step"] == entry["load_step"] \
+                and rewinds[-1].get("first_save") is None:
+            return
+        write_load_step_record(self.root, rewinds + [entry])
 
     def _resolve_initial(self, path: Path) -> Path:
         """initial_load_path may name a step-N folder or a folder of them (then: the newest)."""
@@ -340,7 +413,7 @@ class CheckpointManager:
                              "folder holding complete step-N checkpoints")
         return complete[-1][1]
 
-    def _load(self, path: Path, model_only: bool) -> None:
+    def _load(self, path: Path, model_only: bool, initial: bool = False) -> None:
         t = self.trainer
         t0 = time.perf_counter()
         metadata = read_metadata(path)
@@ -355,6 +428,8 @@ class CheckpointManager:
                 raise ValueError(
                     f"checkpoint {path} holds no {', '.join(missing)} state (only weights?); to "
                     "start from its weights set checkpoint.initial_load_model_only = true")
+            if initial:
+                self._check_initial_step(path, metadata)
             # The small data section first: a run that reads another stream is refused before
             # any rank spends minutes reading weights it would not use.
             data = self._load_section(path, metadata, "data")
@@ -390,6 +465,19 @@ class CheckpointManager:
         self._last_saved = t.step  # never rewrite the folder this run started from
         logger.info(f"checkpoint: resumed from {path} (step {t.step}, {t.tokens_seen:,} tokens "
                     f"seen, data at sample {t.stream.state_dict()}) in {time.perf_counter() - t0:.2f}s")
+
+    def _check_initial_step(self, path: Path, metadata: Any) -> None:
+        """initial_load_path with more than weights continues the saved step: one at or past
+        training.steps would train nothing and save nothing (every rank reads the same verdict)."""
+        saved = int(self._load_section(path, metadata, "train")["step"])
+        steps = int(self.trainer.cfg.training.steps)
+        if saved >= steps:
+            raise ValueError(
+                f"checkpoint.initial_load_path = {str(self.cfg.initial_load_path)!r}: {path} was "
+                f"saved at step {saved} and initial_load_model_only = false continues from there, "
+                f"but training.steps = {steps}: this run would train and save nothing. Raise "
+                f"training.steps above {saved} to train on from it, or set "
+                "checkpoint.initial_load_model_only = true to start at step 0 from its weights")
 
     def _load_section(self, path: Path, metadata: Any, name: str) -> dict[str, Any]:
         state = {name: section_template(metadata, f"{name}.")}
@@ -599,14 +687,26 @@ class CheckpointManager:
         def clear() -> None:
             self.root.mkdir(parents=True, exist_ok=True)
             for s, path in list_step_folders(self.root):
-                if s < step:
+                # The first save of a run also clears the complete steps after the one it started
+                # from: they exist only after a rewind (checkpoint.load_step), belong to the
+                # abandoned continuation and would otherwise win the next resume.
+                if s < step and (self._swept or s <= self._start_step):
                     continue
                 if incomplete_reason(path) is None:
-                    # Only after a resume from an older step (checkpoint.load_step): these belong to
-                    # the abandoned continuation and would otherwise win the next resume.
-                    set_aside(path, f"this run resumed from an earlier step and now saves step {step}")
-                else:
+                    set_aside(path, f"this run resumed from step {self._start_step} and now saves "
+                                    f"step {step}")
+                elif s >= step:
                     remove_partial(path)
+            self._swept = True
+            if self._rewind is not None:
+                # The abandoned steps are aside: complete steps after load_step are this run's own
+                # from now on, and a relaunch of the same command continues from them.
+                rewinds = read_load_step_record(self.root)
+                if rewinds and rewinds[-1]["load_step"] == self._rewind["load_step"] \
+                        and rewinds[-1].get("first_save") is None:
+                    rewinds[-1]["first_save"] = step
+                    write_load_step_record(self.root, rewinds)
+                self._rewind = None
 
         self._on_rank0(clear)
 

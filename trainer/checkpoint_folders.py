@@ -9,6 +9,8 @@ deleted shard is caught before any rank starts loading, and the previous complet
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -115,6 +117,59 @@ def set_aside(path: Path, why: str) -> Path:
     path.rename(target)
     logger.warning(f"checkpoint {path} renamed to {target.name}: {why}")
     return target
+
+
+# The rewinds checkpoint.load_step applied in this checkpoint folder, oldest first (README):
+#   {"rewinds": [{"load_step": 4, "newest_before": 8, "applied_at": "2026-01-01T00:00:00Z",
+#                 "first_save": 12}]}
+# newest_before: the newest complete step when the rewind was applied (None: there was none newer);
+# first_save: None until the rewound run's first save has set the abandoned steps (those after
+# load_step) aside, then that save's step: complete steps after load_step are then its own progress.
+LOAD_STEP_RECORD = "load_step.json"
+
+
+def read_load_step_record(root: Path) -> list[dict[str, Any]]:
+    """The rewinds recorded in root (oldest first; [] when there is no record)."""
+    path = Path(root) / LOAD_STEP_RECORD
+    if not path.is_file():
+        return []
+    try:
+        rewinds = json.loads(path.read_text())["rewinds"]
+        if not isinstance(rewinds, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("load_step"), int) for r in rewinds):
+            raise ValueError("'rewinds' is not a list of {'load_step': int, ...}")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path} (the record of the rewinds checkpoint.load_step applied here) is unreadable "
+            f"({type(exc).__name__}: {exc}); without it a relaunch cannot tell whether this "
+            "load_step was already applied. Delete the file to apply checkpoint.load_step anyway, "
+            "or set checkpoint.load_step = -1 to continue from the newest checkpoint") from exc
+    return rewinds
+
+
+def write_load_step_record(root: Path, rewinds: list[dict[str, Any]]) -> None:
+    """Replace root's rewind record atomically (a temp file renamed over it): a crash leaves the old
+    record or the new one, never half of one."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOAD_STEP_RECORD
+    tmp = root / f".{LOAD_STEP_RECORD}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"rewinds": rewinds}, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(root, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)  # the rename itself survives a crash of the node
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def remove_partial(path: Path) -> None:

@@ -255,7 +255,8 @@ def test_load_step_and_rewind(tmp_path):
     assert t2.step == 2
     run(t2, 2, mgr2)  # saves step 4 again: the old step-4 and step-6 are set aside, not deleted
     mgr2.close()
-    assert steps_on_disk(tmp_path) == ["step-2", "step-4", "step-4.superseded", "step-6.superseded"]
+    assert steps_on_disk(tmp_path) == ["load_step.json", "step-2", "step-4", "step-4.superseded",
+                                       "step-6.superseded"]
     t3, mgr3 = start(tmp_path, interval=2)
     assert t3.step == 4
     mgr3.close()
@@ -736,3 +737,172 @@ def test_an_async_write_failure_raised_as_dcps_base_exception_is_reported():
     with pytest.raises(RuntimeError, match=r"async save: checkpoint /x/checkpoint/step-6 could not be "
                        r"written \(no space left on the device\)"):
         mgr._wait()
+
+
+# ---- checkpoint.load_step applies once per checkpoint folder; a complete run says so ------------
+
+def folders(run_dir: Path) -> list[str]:
+    """steps_on_disk without the rewind record (load_step.json), which has its own checks."""
+    return [n for n in steps_on_disk(run_dir) if n != "load_step.json"]
+
+
+def rewound_run(tmp_path: Path) -> None:
+    """A run folder holding step-4 and step-8 (keep_latest_k = 2), as the audit's case starts."""
+    t, mgr = start(tmp_path, interval=4, keep_latest_k=2)
+    run(t, 8, mgr)
+    mgr.close()
+    assert steps_on_disk(tmp_path) == ["step-4", "step-8"]
+
+
+def test_relaunching_a_rewind_continues_from_the_newest_and_says_why(tmp_path):
+    rewound_run(tmp_path)
+    # --training.steps=16 --checkpoint.load_step=4: rewinds, saves 8, 12, 16; retention drops step-4.
+    t, mgr = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
+    assert t.step == 4
+    run(t, 12, mgr)
+    mgr.close()
+    assert folders(tmp_path) == ["step-12", "step-16", "step-8.superseded"]
+    weights = {k: v.clone() for k, v in t.model.state_dict().items()}
+    # The same command again (a requeue): it used to fail because step-4 is gone.
+    with captured_warnings() as warns:
+        t2, mgr2 = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
+    assert t2.step == 16
+    assert (tmp_path / "checkpoint" / "load_step.json").is_file()
+    assert all(torch.equal(v, weights[k]) for k, v in t2.model.state_dict().items())
+    why = [w for w in warns if "load_step = 4 is not applied again" in w]
+    assert len(why) == 1, warns
+    assert "from step-8" in why[0] and "step-16" in why[0] and "load_step.json" in why[0]
+    mgr2.close()
+    assert folders(tmp_path) == ["step-12", "step-16", "step-8.superseded"]
+    # A load_step that never existed still fails clearly.
+    with pytest.raises(ValueError, match=r"load_step = 5.*not a complete checkpoint.*\[12, 16\]"):
+        start(tmp_path, interval=4, load_step=5)
+
+
+def test_a_different_load_step_still_rewinds(tmp_path):
+    rewound_run(tmp_path)
+    t, mgr = start(tmp_path, interval=4, keep_latest_k=0, load_step=4)
+    run(t, 8, mgr)  # saves 8 and 12 of the new continuation
+    mgr.close()
+    t2, mgr2 = start(tmp_path, interval=4, keep_latest_k=0, load_step=8)
+    assert t2.step == 8
+    run(t2, 4, mgr2)  # saves 12 again: the first one is set aside
+    mgr2.close()
+    assert folders(tmp_path) == ["step-12", "step-12.superseded", "step-4", "step-8",
+                                 "step-8.superseded"]
+    t3, mgr3 = start(tmp_path, interval=4, load_step=8)  # relaunched: continues, no rewind
+    assert t3.step == 12
+    mgr3.close()
+    import json
+
+    record = json.loads((tmp_path / "checkpoint" / "load_step.json").read_text())["rewinds"]
+    assert [(r["load_step"], r["newest_before"], r["first_save"]) for r in record] == \
+        [(4, 8, 8), (8, 12, 12)]
+
+
+def test_a_relaunch_after_a_crash_before_retention_does_not_rewind_again(tmp_path):
+    rewound_run(tmp_path)
+    t, mgr = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
+    run(t, 4, mgr)  # saves the new step 8, then dies before step 12 (whose retention drops step-4)
+    mgr.close()
+    assert folders(tmp_path) == ["step-4", "step-8", "step-8.superseded"]
+    weights = {k: v.clone() for k, v in t.model.state_dict().items()}
+    with captured_warnings() as warns:
+        t2, mgr2 = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
+    assert t2.step == 8  # not 4: the progress since the rewind is kept
+    assert all(torch.equal(v, weights[k]) for k, v in t2.model.state_dict().items())
+    assert any("load_step = 4 is not applied again" in w and "to rewind to step 4 again, delete" in w
+               for w in warns), warns
+    run(t2, 4, mgr2)
+    mgr2.close()
+    assert folders(tmp_path) == ["step-12", "step-8", "step-8.superseded"]
+
+
+def test_a_relaunch_before_the_rewinds_first_save_rewinds_again(tmp_path):
+    rewound_run(tmp_path)
+    t, mgr = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
+    run(t, 3, mgr)  # dies at step 7, before its first save: nothing was set aside
+    mgr.close()
+    assert folders(tmp_path) == ["step-4", "step-8"]
+    t2, mgr2 = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
+    assert t2.step == 4  # still the rewind the command asks for
+    run(t2, 4, mgr2)
+    mgr2.close()
+    assert folders(tmp_path) == ["step-4", "step-8", "step-8.superseded"]
+    t3, mgr3 = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
+    assert t3.step == 8
+    mgr3.close()
+
+
+def test_first_save_after_a_rewind_sets_aside_every_later_step(tmp_path):
+    """Steps between load_step and the first save belong to the abandoned continuation too: left
+    in place, a relaunch whose first save had not finished would resume from one of them."""
+    t, mgr = start(tmp_path, interval=1, keep_latest_k=0)
+    run(t, 4, mgr)  # 1, 2, 3, 4
+    mgr.close()
+    t2, mgr2 = start(tmp_path, interval=4, keep_latest_k=0, load_step=1)
+    run(t2, 3, mgr2)  # saves 4 only
+    mgr2.close()
+    assert folders(tmp_path) == ["step-1", "step-2.superseded", "step-3.superseded", "step-4",
+                                 "step-4.superseded"]
+    import shutil
+
+    shutil.rmtree(tmp_path / "checkpoint" / "step-4")  # as if that first save had not completed
+    t3, mgr3 = start(tmp_path, interval=4, keep_latest_k=0, load_step=1)
+    assert t3.step == 1  # the rewound point, not the abandoned step 3
+    mgr3.close()
+
+
+def test_a_resumed_run_that_is_already_complete_says_so(tmp_path):
+    t, mgr = start(tmp_path, interval=4)
+    run(t, 8, mgr)
+    mgr.close()
+    for steps, past in ((8, False), (2, True)):
+        with captured_warnings() as warns:
+            t2 = make_trainer(tmp_path, interval=4)
+            t2.cfg.training.steps = steps
+            mgr2 = CheckpointManager(t2)
+            mgr2.load()
+        assert t2.step == 8
+        done = [w for w in warns if "already complete" in w]
+        assert len(done) == 1, warns
+        assert f"step-8 at step 8 and training.steps = {steps}" in done[0]
+        assert "raise training.steps above 8" in done[0]
+        assert ("lower than the step it was saved at" in done[0]) == past
+        mgr2.close()
+    with captured_warnings() as warns:  # a run with steps left says nothing of the kind
+        t3 = make_trainer(tmp_path, interval=4)
+        t3.cfg.training.steps = 9
+        mgr3 = CheckpointManager(t3)
+        mgr3.load()
+    assert not any("already complete" in w for w in warns)
+    mgr3.close()
+
+
+def test_initial_load_at_or_past_training_steps_is_an_error(tmp_path):
+    src, mgr = start(tmp_path / "src", interval=8)
+    run(src, 8, mgr)
+    mgr.close()
+    for steps in (2, 8):
+        t = make_trainer(tmp_path / f"dst{steps}", initial_load_path=str(tmp_path / "src" / "checkpoint"),
+                         initial_load_model_only=False)
+        t.cfg.training.steps = steps
+        before = {k: v.clone() for k, v in t.model.state_dict().items()}
+        m = CheckpointManager(t)
+        with pytest.raises(ValueError, match=rf"initial_load_path = .*step-8 was saved at step 8.*"
+                           rf"training.steps = {steps}: this run would train and save nothing.*"
+                           r"initial_load_model_only = true"):
+            m.load()
+        assert t.step == 0 and all(torch.equal(v, before[k]) for k, v in t.model.state_dict().items())
+        m.close()
+    # Weights only, or steps left to train: as before.
+    t, m = start(tmp_path / "dst_w", initial_load_path=str(tmp_path / "src" / "checkpoint"))
+    assert t.step == 0
+    m.close()
+    t = make_trainer(tmp_path / "dst_ok", initial_load_path=str(tmp_path / "src" / "checkpoint"),
+                     initial_load_model_only=False)
+    t.cfg.training.steps = 9
+    m = CheckpointManager(t)
+    m.load()
+    assert t.step == 8
+    m.close()
