@@ -294,3 +294,18 @@ def test_second_concurrent_run_is_refused_while_the_lock_is_held(tmp_path, capsy
     with pytest.raises(ValueError, match="beyond this input set"):
         prepare([str(tmp_path / "in" / "d0.txt")], out, workers=1, unit_bytes=1, log=None)
     assert prepare(inputs, out, workers=1, unit_bytes=1, log=None).skipped == 2  # the failed run let go of the lock
+
+
+def test_a_file_system_without_locks_is_named_by_the_tool_that_hit_it(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    from trainer.data.prepare import output_lock
+
+    def refuse(fd, op):
+        raise OSError(errno.ENOLCK, "no locks here")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    with pytest.warns(UserWarning, match=r"^scripts/prepare_data.py: cannot lock .* going on without a lock"):
+        with output_lock(tmp_path):
+            pass

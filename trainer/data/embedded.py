@@ -88,8 +88,9 @@ def corpus_key(tokenizer, files: list[tuple[str, int]], max_bytes: int) -> str:
 
 
 @contextmanager
-def _file_lock(lock_path: Path, timeout_s: float) -> Iterator[None]:
-    """Exclusive flock on `lock_path`, polled until `timeout_s`; released on exit or process death."""
+def _file_lock(lock_path: Path, timeout_s: float, who: str = "embedded corpus") -> Iterator[None]:
+    """Exclusive flock on `lock_path`, polled until `timeout_s`; released on exit or process death.
+    `who` names the tool in the warning for file systems that refuse locks."""
     import fcntl
 
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -105,7 +106,7 @@ def _file_lock(lock_path: Path, timeout_s: float) -> Iterator[None]:
                 if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                     # Some network file systems refuse locks; the atomic rename below still keeps the
                     # cache consistent, at the cost of several processes building it.
-                    warnings.warn(f"embedded corpus: cannot lock {lock_path} ({e}); building without a lock")
+                    warnings.warn(f"{who}: cannot lock {lock_path} ({e}); going on without a lock")
                     break
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     raise

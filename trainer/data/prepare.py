@@ -373,7 +373,7 @@ def output_lock(output: Path):
     lock = output / LOCK_NAME
     stack = ExitStack()
     try:
-        stack.enter_context(_file_lock(lock, timeout_s=0.0))
+        stack.enter_context(_file_lock(lock, timeout_s=0.0, who="scripts/prepare_data.py"))
     except TimeoutError:
         try:
             holder = lock.read_text(encoding="ascii").split()
