@@ -10,7 +10,6 @@ deleted shard is caught before any rank starts loading, and the previous complet
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 
+from trainer.files import atomic_write
 from trainer.log import logger
 
 STEP_RE = re.compile(r"^step-(\d+)$")
@@ -152,24 +152,8 @@ def write_load_step_record(root: Path, rewinds: list[dict[str, Any]]) -> None:
     record or the new one, never half of one."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    path = root / LOAD_STEP_RECORD
-    tmp = root / f".{LOAD_STEP_RECORD}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"rewinds": rewinds}, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(root, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)  # the rename itself survives a crash of the node
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    text = json.dumps({"rewinds": rewinds}, indent=1) + "\n"
+    atomic_write(root / LOAD_STEP_RECORD, lambda f: f.write(text.encode()))
 
 
 def remove_partial(path: Path) -> None:

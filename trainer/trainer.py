@@ -24,6 +24,7 @@ from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_mo
 from trainer.data import SampleStream, build_dataset, build_tokenizer
 from trainer.data.identity import stream_identity
 from trainer.distributed import init_distributed, set_train_timeout
+from trainer.files import atomic_write
 from trainer.log import init_logging, logger
 from trainer.gpu_monitor import GpuSampler
 from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
@@ -42,9 +43,7 @@ class NonFiniteError(RuntimeError):
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 _LAUNCH_CONFIG = re.compile(r"config_(\d+)\.toml")

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trainer.files import atomic_write
 
 SHARD_VERSION = 1
 MAX_OPEN_SHARDS = 64
@@ -43,18 +44,6 @@ def header_path(bin_path: str | Path) -> Path:
     return Path(bin_path).with_suffix(".json")
 
 
-def _atomic_write_bytes(path: Path, writer) -> None:
-    """Write through `writer(file)` to a temp name in the same folder, fsync, then rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            writer(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def make_header(tokenizer, count: int, source: Any = None) -> dict:
@@ -84,14 +73,14 @@ def write_shard_data(bin_path: str | Path, tokens: np.ndarray, vocab_size: int) 
             f"shard {bin_path}: token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}]"
         )
     data = tokens.astype(dtype, copy=False)
-    _atomic_write_bytes(bin_path, lambda f: f.write(memoryview(np.ascontiguousarray(data)).cast("B")))
+    atomic_write(bin_path, lambda f: f.write(memoryview(np.ascontiguousarray(data)).cast("B")))
     return int(data.size)
 
 
 def write_shard_header(bin_path: str | Path, header: dict) -> None:
     """Write the `.json` header (atomically); from this moment the shard counts."""
     text = json.dumps(header, indent=1, sort_keys=True).encode("ascii")
-    _atomic_write_bytes(header_path(bin_path), lambda f: f.write(text))
+    atomic_write(header_path(bin_path), lambda f: f.write(text))
 
 
 def write_shard(bin_path: str | Path, tokens: np.ndarray, tokenizer, source: Any = None) -> dict:
@@ -157,7 +146,7 @@ def open_shard(bin_path: str | Path, expected_fingerprint: str | None = None) ->
 def write_complete_marker(folder: str | Path, info: dict) -> None:
     """Write `folder/COMPLETE.json` atomically: call it as the very last act of making the folder."""
     text = json.dumps(info, indent=1, sort_keys=True).encode("ascii")
-    _atomic_write_bytes(Path(folder) / COMPLETE_MARKER, lambda f: f.write(text))
+    atomic_write(Path(folder) / COMPLETE_MARKER, lambda f: f.write(text))
 
 
 def read_complete_marker(folder: str | Path) -> dict | None:
