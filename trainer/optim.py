@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 
+from trainer.config.checks import check_section
 from trainer.config.schema import LRScheduler as LRConfig
 from trainer.config.schema import Optimizer as OptConfig
 
@@ -60,21 +61,6 @@ LR_DECAY_SHAPES = {
 }
 
 
-def _check_lr_config(cfg: LRConfig) -> None:
-    """The checks of trainer/config/checks.py, for an LRScheduler built in code."""
-    if cfg.decay_type not in LR_DECAY_SHAPES:
-        raise ValueError(f"lr_scheduler.decay_type = {cfg.decay_type!r}: must be one of "
-                         f"{' | '.join(LR_DECAY_SHAPES)}")
-    if not 0 < cfg.decay_ratio <= 1:  # also False for NaN
-        raise ValueError(f"lr_scheduler.decay_ratio = {cfg.decay_ratio!r}: must be 0 < decay_ratio <= 1 "
-                         "(1 = decay over every step after warm-up)")
-    if not 0 <= cfg.min_lr_factor <= 1:
-        raise ValueError(f"lr_scheduler.min_lr_factor = {cfg.min_lr_factor!r}: must be "
-                         "0 <= min_lr_factor <= 1")
-    if cfg.warmup_steps < 0:
-        raise ValueError(f"lr_scheduler.warmup_steps = {cfg.warmup_steps!r}: must be >= 0")
-
-
 def _phases(total_steps: int, cfg: LRConfig) -> tuple[int, int]:
     """(W, D): warm-up and decay steps of a run of total_steps steps."""
     warmup = min(cfg.warmup_steps, total_steps)
@@ -96,7 +82,7 @@ def lr_factor(step: int, total_steps: int, cfg: LRConfig) -> float:
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
                        cfg: LRConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    _check_lr_config(cfg)
+    check_section("lr_scheduler", cfg)  # a config built in code has not been through load_config
     warmup, decay = _phases(total_steps, cfg)
     ratio = cfg.decay_ratio
     if ratio < 1 and decay < round(total_steps * ratio) and os.environ.get("RANK", "0") == "0":

@@ -111,6 +111,13 @@ def test_torchtitan_toml_with_decay_ratio_and_cosine(tmp_path):
         expected("cosine", 0.5), abs=1e-12)
 
 
+def test_the_config_accepts_exactly_the_decay_shapes_the_schedule_has():
+    from trainer.config.checks import CHOICES
+    from trainer.optim import LR_DECAY_SHAPES
+
+    assert set(CHOICES["lr_scheduler.decay_type"]) == set(LR_DECAY_SHAPES)
+
+
 def test_sqrt_loads_from_the_command_line():
     assert load_config(["--lr_scheduler.decay_type=sqrt"]).lr_scheduler.decay_type == "sqrt"
 

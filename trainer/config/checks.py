@@ -100,6 +100,22 @@ def fail(cfg: JobConfig, key: str, why: str) -> ConfigError:
     return ConfigError(f"{source_of(cfg, key)}: {key} = {format_value(get_value(cfg, key))}: {why}")
 
 
+def check_section(section: str, obj: Any) -> None:
+    """The CHOICES and RANGES checks of one section object built in code (no file to name), as a
+    ValueError: for code that takes a section without its JobConfig (trainer/optim.py)."""
+    for key, allowed in CHOICES.items():
+        name = key.split(".", 1)
+        if name[0] == section and getattr(obj, name[1]) not in allowed:
+            raise ValueError(f"{key} = {getattr(obj, name[1])!r}: must be one of {' | '.join(allowed)}")
+    for key, (ok, valid) in RANGES.items():
+        name = key.split(".", 1)
+        if name[0] != section:
+            continue
+        value = getattr(obj, name[1])
+        if (isinstance(value, float) and value != value) or not ok(value):  # NaN passes no range
+            raise ValueError(f"{key} = {value!r}: must be {valid}")
+
+
 def check_values(cfg: JobConfig) -> None:
     """Raise ConfigError on the first invalid value; warn on legal but suspicious ones."""
     if cfg.lr_scheduler.decay_type == "wsd":
