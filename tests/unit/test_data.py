@@ -406,3 +406,25 @@ def test_token_source_refuses_prepare_data_shards_without_marker(tmp_path):
         TokenSource(tmp_path, tok.fingerprint)
     with pytest.raises(ValueError, match="did not finish"):
         build_dataset(SimpleNamespace(dataset=str(tmp_path), cache_dir=""), tok)
+
+
+def test_a_tokenizer_file_is_parsed_once_per_launch_and_again_when_rewritten(tmp_path):
+    """validate_config and the Trainer both build data.tokenizer: the second gets the first's parse."""
+    import os
+
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import models
+
+    from trainer.data.tokenizer import build_tokenizer
+
+    path = tmp_path / "tokenizer.json"
+    tok = HFTok(models.WordLevel({"a": 0, "b": 1}, unk_token="a"))
+    tok.add_special_tokens(["<|end_of_text|>"])
+    tok.save(str(path))
+    first = build_tokenizer(str(path))
+    assert build_tokenizer(str(path)) is first
+    tok.add_special_tokens(["<|extra|>"])
+    tok.save(str(path))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    again = build_tokenizer(str(path))
+    assert again is not first and again.vocab_size == first.vocab_size + 1

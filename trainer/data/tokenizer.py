@@ -9,6 +9,7 @@ used to build shards: every document's tokens followed by EOS, concatenated.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -176,4 +177,12 @@ def build_tokenizer(spec: str) -> ByteTokenizer | HFTokenizer:
         raise ValueError(
             f"data.tokenizer: {spec!r} is neither 'bytes' nor an existing tokenizer.json file (looked at {path})"
         )
-    return HFTokenizer(path)
+    # A launch parses the file twice otherwise (validate_config's vocabulary check, then the Trainer):
+    # a Llama-3 tokenizer.json is 9 MB. Keyed by the file's identity, so a rewritten file is re-read.
+    st = path.stat()
+    return _load_hf(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_hf(path: str, mtime_ns: int, size: int) -> HFTokenizer:
+    return HFTokenizer(Path(path))
