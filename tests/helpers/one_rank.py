@@ -24,3 +24,24 @@ def one_rank_group():
         yield
     finally:
         dist.destroy_process_group()
+
+
+_RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextlib.contextmanager
+def in_process_trainer_env(monkeypatch):
+    """For a Trainer built in the test process: no inherited rank variables going in (the Trainer
+    then starts a 1-rank group itself); its group and the variables it set are gone coming out."""
+    import os
+
+    from trainer.distributed import destroy_distributed
+
+    for key in _RANK_ENV:
+        monkeypatch.delenv(key, raising=False)
+    try:
+        yield
+    finally:
+        destroy_distributed()
+        for key in _RANK_ENV:
+            os.environ.pop(key, None)

@@ -29,14 +29,11 @@ def test_every_launch_config_is_kept_in_launch_order(tmp_path):
 def test_a_relaunch_without_checkpointing_says_it_ignores_the_saved_steps(tmp_path, monkeypatch):
     """checkpoint.enable = false on a run folder with checkpoints starts over: it must say so."""
     import logging
-    import os
 
+    from tests.helpers.one_rank import in_process_trainer_env
     from trainer.config import load_config
-    from trainer.distributed import destroy_distributed
     from trainer.trainer import Trainer
 
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(key, raising=False)
     common = ["--model.overrides.n_layers=1", "--model.overrides.dim=32", "--model.overrides.n_heads=2",
               "--model.overrides.n_kv_heads=1", "--training.seq_len=16", "--training.local_batch_size=2",
               "--training.steps=2", "--lr_scheduler.warmup_steps=1", f"--run.dump_folder={tmp_path}",
@@ -51,16 +48,14 @@ def test_a_relaunch_without_checkpointing_says_it_ignores_the_saved_steps(tmp_pa
     grab = Grab()
     logging.getLogger("titankit").addHandler(grab)
     try:
-        first = Trainer(load_config([*common, "--checkpoint.enable", "--checkpoint.interval=2"]))
-        first.train()
-        first.close()
-        assert not [r for r in records if "are not loaded" in r]
-        second = Trainer(load_config([*common, "--checkpoint.enable=false"]))
-        second.close()
+        with in_process_trainer_env(monkeypatch):
+            first = Trainer(load_config([*common, "--checkpoint.enable", "--checkpoint.interval=2"]))
+            first.train()
+            first.close()
+            assert not [r for r in records if "are not loaded" in r]
+            second = Trainer(load_config([*common, "--checkpoint.enable=false"]))
+            second.close()
     finally:
         logging.getLogger("titankit").removeHandler(grab)
-        destroy_distributed()
-        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-            os.environ.pop(key, None)
     hits = [r for r in records if "checkpoint.enable = false" in r]
     assert len(hits) == 1 and "(steps 2)" in hits[0] and "resume from step 2" in hits[0], records

@@ -1,30 +1,24 @@
 """A non-finite loss or gradient stops the run before the optimizer step corrupts the weights."""
 
-import os
-
 import pytest
 import torch
 
 
 @pytest.fixture
 def trainer(tmp_path, monkeypatch):
+    from tests.helpers.one_rank import in_process_trainer_env
     from trainer.config import load_config
-    from trainer.distributed import destroy_distributed
     from trainer.trainer import Trainer
 
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(key, raising=False)
     cfg = load_config(["--model.overrides.n_layers=1", "--model.overrides.dim=32",
                        "--model.overrides.n_heads=2", "--model.overrides.n_kv_heads=1",
                        "--training.seq_len=16", "--training.local_batch_size=2",
                        "--training.steps=3", "--lr_scheduler.warmup_steps=1",
                        f"--run.dump_folder={tmp_path}", f"--data.cache_dir={tmp_path / 'cache'}"])
-    t = Trainer(cfg)
-    yield t
-    t.close()
-    destroy_distributed()
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        os.environ.pop(key, None)
+    with in_process_trainer_env(monkeypatch):
+        t = Trainer(cfg)
+        yield t
+        t.close()
 
 
 def test_nan_weights_stop_the_step_and_leave_the_weights_alone(trainer):
