@@ -422,8 +422,14 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     // (dS^T half)^T K half: it needs both consumers' dS^T of that iteration.
     auto dq_mma = [&](int it, dq_rt& dq) {
         const int buf = it % 2;
-        warpgroup::mm_AtB(dq, ds_s[buf][0], k_s[0].template subtile<C::DQ_COLS>(part));
-        warpgroup::mma_AtB(dq, ds_s[buf][1], k_s[1].template subtile<C::DQ_COLS>(part));
+        // References: a copy of the subtile would be 16 KB of local memory, and the wgmma would
+        // then read a generic address (an illegal access).
+        auto& k0 = k_s[0].template subtile<C::DQ_COLS>(part);
+        auto& k1 = k_s[1].template subtile<C::DQ_COLS>(part);
+        using k_sub = std::remove_reference_t<decltype(k0)>;
+        detail::wgmma_fence(dq);
+        warpgroup::mma_AtB<dq_rt, ds_tile, k_sub, 0, 0>(dq, ds_s[buf][0], k0);
+        warpgroup::mma_AtB<dq_rt, ds_tile, k_sub, 0, 1>(dq, ds_s[buf][1], k1);
     };
     // Once dq's wgmmas retired: free the dS^T buffer, add dq into its accumulator block (in
     // deterministic mode, hand it to this consumer's writer warp).
@@ -488,8 +494,10 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             wait(qo_full[s], (it / BWD_STAGES) & 1);
 
             rt_fl<16, BWD_Q> st, dpt;  // S^T and dP^T: this warp's 16 keys x 64 queries
-            warpgroup::mm_ABt(st, k_s[wg], q_s[s]);
-            warpgroup::mm_ABt(dpt, v_s[wg], do_s[s]);
+            detail::wgmma_fence(st);
+            detail::wgmma_fence(dpt);
+            warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kv_tile, q_tile, 0, 0>(st, k_s[wg], q_s[s]);
+            warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kv_tile, q_tile, 0, 0>(dpt, v_s[wg], do_s[s]);
             typename rt_fl<16, BWD_Q>::row_vec lse2, delta;  // per query (column)
             load_cols(lse2, lse_s[s]);
             load_cols(delta, delta_s[s]);
@@ -526,8 +534,11 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             warp::copy(p_bf, st);
             warp::copy(ds_bf, dpt);
             auto dv_dk = [&] {
-                warpgroup::mma_AB(dv, p_bf, do_s[s]);  // dV += P^T dO
-                warpgroup::mma_AB(dk, ds_bf, q_s[s]);  // dK += dS^T Q
+                detail::wgmma_fence(dv);
+                detail::wgmma_fence(dk);
+                using acc = rt_fl<16, D>;
+                warpgroup::mma_AB<acc, rt_bf<16, BWD_Q>, q_tile, 0, 1>(dv, p_bf, do_s[s]);  // dV += P^T dO
+                warpgroup::mma_AB<acc, rt_bf<16, BWD_Q>, q_tile, 0, 1>(dk, ds_bf, q_s[s]);  // dK += dS^T Q
             };
 
             // dS^T into its buffer once both consumers' dQ wgmmas of iteration it - 2 read it.

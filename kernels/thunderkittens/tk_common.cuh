@@ -48,6 +48,24 @@ __device__ __forceinline__ int warpgroup_index() {
     return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
 }
 
+// TK's mma_fence without its fence.proxy.async: pin the accumulator's registers, then wgmma.fence.
+// For wgmmas whose shared operands arrive by TMA (async proxy, ordered by the mbarrier) or were
+// written by ordinary stores that already fenced (fence_async_shared below, at every such store):
+// TK's per-call proxy fence (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC) then only waits, on whatever
+// memory operations of the thread are still in flight (docs/benchmarks.md 4o).
+// Pass such a wgmma's template argument fence = 0 after calling this.
+template <typename RT>
+__device__ inline void wgmma_fence(RT& d) {
+#pragma unroll
+    for (int i = 0; i < RT::height; i++)
+#pragma unroll
+        for (int j = 0; j < RT::width; j++)
+#pragma unroll
+            for (int k = 0; k < RT::packed_per_tile; k++)
+                asm volatile("" : "+f"(d.tiles[i][j].data[k].x), "+f"(d.tiles[i][j].data[k].y) :: "memory");
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
 // Shared memory written by ordinary stores (st.shared, stmatrix) and read next by the async proxy
 // (a TMA store, wgmma): per the PTX memory model each writing thread fences before the barrier.
 __device__ __forceinline__ void fence_async_shared() {
