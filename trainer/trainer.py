@@ -95,7 +95,6 @@ class Trainer:
         logger.info(f"parallel dims: {self.dims}")
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            keep_launch_config(self.run_dir, config_to_toml(cfg))
         torch.manual_seed(cfg.run.seed)
         if cfg.run.deterministic:
             torch.use_deterministic_algorithms(True)
@@ -167,6 +166,10 @@ class Trainer:
             self.checkpointer.load()
         elif self.rank == 0:
             self._warn_unused_checkpoints()
+        if self.rank == 0:
+            # Recorded once the launch is accepted: a resume that the checkpoint refuses (another
+            # data stream, a bad step) leaves no config behind for a run that never trained.
+            keep_launch_config(self.run_dir, config_to_toml(cfg))
         # Without checkpoints a preemption saves nothing, but every rank still stops after the same
         # step and says why, instead of being killed mid-step (scripts/train.sh, README).
         self.unsaved_preemption = None if cfg.checkpoint.enable else PreemptionWatcher()

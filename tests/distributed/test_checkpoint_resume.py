@@ -212,6 +212,7 @@ def test_changed_data_settings_are_refused_on_every_rank(dump, reference, tmp_pa
     assert "--training.seq_len=64 --run.seed=0" in err and "checkpoint.allow_data_change" in err
     assert logged_steps(run) == []  # no step trained
     assert {p: p.read_bytes() for p in (run / "checkpoint").rglob("*") if p.is_file()} == before
+    assert not list(run.glob("config*.toml"))  # the refused launch's config was not recorded
 
 
 def test_default_global_batch_on_fewer_ranks_is_refused_unless_allowed(dump):
