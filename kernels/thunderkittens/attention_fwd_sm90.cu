@@ -90,24 +90,6 @@ __device__ inline void online_softmax(rt_fl<16, KV_ROWS>& att, col_t& m, col_t& 
     l.data[0][0] = make_float2(l.data[0][0].x * cr[0] + sum[0], l.data[0][0].y * cr[1] + sum[1]);
 }
 
-// An empty asm that "reads and writes" every register of a tile: a scheduling barrier for them.
-// Constraints match the wgmma operands' ("f" for fp32 pairs, "r" for packed bf16), so no moves.
-template <typename RT>
-__device__ inline void pin_registers(RT& t) {
-#pragma unroll
-    for (int i = 0; i < RT::height; i++)
-#pragma unroll
-        for (int j = 0; j < RT::width; j++)
-#pragma unroll
-            for (int k = 0; k < RT::packed_per_tile; k++) {
-                if constexpr (std::is_same_v<typename RT::T, float>) {
-                    asm volatile("" : "+f"(t.tiles[i][j].data[k].x), "+f"(t.tiles[i][j].data[k].y));
-                } else {
-                    asm volatile("" : "+r"(*reinterpret_cast<uint32_t*>(&t.tiles[i][j].data[k])));
-                }
-            }
-}
-
 template <int D>
 struct fwd_globals {
     typename fwd_cfg<D>::q_gl q, o;
@@ -204,8 +186,8 @@ __global__ __launch_bounds__(FWD_THREADS, 1) void fwd_kernel(const __grid_consta
             // Pin the last writes of o (the rescale) and p (the conversion) before the wgmma.fence
             // issued with S_i, so that the compiler cannot sink them between the two wgmmas (ptxas
             // would then serialise them); no second fence is needed for P V.
-            pin_registers(o);
-            pin_registers(p);
+            detail::pin_registers(o);
+            detail::pin_registers(p);
             warpgroup::mm_ABt(att, q_s[wg], k_s[s]);  // S_i
             wait(v_full[sp], ((i - 1) / STAGES) & 1);
             // O += P_{i-1} V_{i-1}, relative to m_{i-1}

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kittens.cuh"
 
@@ -48,21 +49,33 @@ __device__ __forceinline__ int warpgroup_index() {
     return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
 }
 
-// TK's mma_fence without its fence.proxy.async: pin the accumulator's registers, then wgmma.fence.
-// For wgmmas whose shared operands arrive by TMA (async proxy, ordered by the mbarrier) or were
-// written by ordinary stores that already fenced (fence_async_shared below, at every such store):
-// TK's per-call proxy fence (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC) then only waits, on whatever
-// memory operations of the thread are still in flight (docs/benchmarks.md 4o).
-// Pass such a wgmma's template argument fence = 0 after calling this.
+// An empty asm that "reads and writes" every register of a tile: a scheduling barrier for them.
+// Constraints match the wgmma operands' ("f" for fp32 pairs, "r" for packed bf16), so no moves.
 template <typename RT>
-__device__ inline void wgmma_fence(RT& d) {
+__device__ inline void pin_registers(RT& t) {
 #pragma unroll
     for (int i = 0; i < RT::height; i++)
 #pragma unroll
         for (int j = 0; j < RT::width; j++)
 #pragma unroll
-            for (int k = 0; k < RT::packed_per_tile; k++)
-                asm volatile("" : "+f"(d.tiles[i][j].data[k].x), "+f"(d.tiles[i][j].data[k].y) :: "memory");
+            for (int k = 0; k < RT::packed_per_tile; k++) {
+                if constexpr (std::is_same_v<typename RT::T, float>) {
+                    asm volatile("" : "+f"(t.tiles[i][j].data[k].x), "+f"(t.tiles[i][j].data[k].y));
+                } else {
+                    asm volatile("" : "+r"(*reinterpret_cast<uint32_t*>(&t.tiles[i][j].data[k])));
+                }
+            }
+}
+
+// TK's mma_fence without its fence.proxy.async: pin the accumulator's registers, then wgmma.fence.
+// For wgmmas whose shared operands arrive by TMA (async proxy, ordered by the mbarrier) or were
+// written by ordinary stores that already fenced (fence_async_shared below, at every such store):
+// TK's per-call proxy fence (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC) then only makes the warp wait for
+// its memory operations still in flight (docs/benchmarks.md 4o). Pass such a wgmma's template
+// argument fence = 0 after calling this.
+template <typename RT>
+__device__ inline void wgmma_fence(RT& d) {
+    pin_registers(d);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
 
