@@ -422,8 +422,8 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     // (dS^T half)^T K half: it needs both consumers' dS^T of that iteration.
     auto dq_mma = [&](int it, dq_rt& dq) {
         const int buf = it % 2;
-        // References: a copy of the subtile would be 16 KB of local memory, and the wgmma would
-        // then read a generic address (an illegal access).
+        // References: copies of the two 8 KB subtiles would live in local memory, and the wgmmas
+        // would then read generic addresses (an illegal access).
         auto& k0 = k_s[0].template subtile<C::DQ_COLS>(part);
         auto& k1 = k_s[1].template subtile<C::DQ_COLS>(part);
         using k_sub = std::remove_reference_t<decltype(k0)>;
