@@ -428,15 +428,15 @@ class CheckpointManager:
                 raise ValueError(
                     f"checkpoint {path} holds no {', '.join(missing)} state (only weights?); to "
                     "start from its weights set checkpoint.initial_load_model_only = true")
+            # The small sections first: a run that would train nothing, or reads another stream, is
+            # refused before any rank spends minutes reading weights it would not use.
+            small = self._load_sections(path, metadata, ("data", "train"))
+            data, train = small["data"], small["train"]
             if initial:
-                self._check_initial_step(path, metadata)
-            # The small data section first: a run that reads another stream is refused before
-            # any rank spends minutes reading weights it would not use.
-            data = self._load_section(path, metadata, "data")
+                self._check_initial_step(path, int(train["step"]))
             self._check_stream(path, data)
             state["optimizer"] = get_optimizer_state_dict(t.model, t.optimizer)
             state["lr_scheduler"] = None  # one pickled bytes item
-            state["train"] = section_template(metadata, "train.")
             has_rng = has_section(metadata, f"rng.{rng_key}")
             if has_rng:
                 state["rng"] = {rng_key: section_template(metadata, f"rng.{rng_key}.")}
@@ -449,7 +449,6 @@ class CheckpointManager:
         set_optimizer_state_dict(t.model, t.optimizer, state["optimizer"])
         t.lr_scheduler.load_state_dict(pickle.loads(state["lr_scheduler"]))
         t.stream.load_state_dict(data)
-        train = state["train"]
         t.step = int(train["step"])
         t.tokens_seen = int(train["tokens_seen"])
         saved_world = int(train.get("world_size", 0))
@@ -466,10 +465,9 @@ class CheckpointManager:
         logger.info(f"checkpoint: resumed from {path} (step {t.step}, {t.tokens_seen:,} tokens "
                     f"seen, data at sample {t.stream.state_dict()}) in {time.perf_counter() - t0:.2f}s")
 
-    def _check_initial_step(self, path: Path, metadata: Any) -> None:
+    def _check_initial_step(self, path: Path, saved: int) -> None:
         """initial_load_path with more than weights continues the saved step: one at or past
         training.steps would train nothing and save nothing (every rank reads the same verdict)."""
-        saved = int(self._load_section(path, metadata, "train")["step"])
         steps = int(self.trainer.cfg.training.steps)
         if saved >= steps:
             raise ValueError(
@@ -479,10 +477,10 @@ class CheckpointManager:
                 f"training.steps above {saved} to train on from it, or set "
                 "checkpoint.initial_load_model_only = true to start at step 0 from its weights")
 
-    def _load_section(self, path: Path, metadata: Any, name: str) -> dict[str, Any]:
-        state = {name: section_template(metadata, f"{name}.")}
+    def _load_sections(self, path: Path, metadata: Any, names: tuple[str, ...]) -> dict[str, Any]:
+        state = {name: section_template(metadata, f"{name}.") for name in names}
         dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
-        return state[name]
+        return state
 
     def _check_stream(self, path: Path, data: dict[str, Any]) -> None:
         """Refuse to continue the saved stream with other data settings (see identity.py), unless
