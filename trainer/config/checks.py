@@ -21,6 +21,10 @@ DTYPES = ("bfloat16", "float32")
 GRAD_SYNC_NAMES = ("auto", "every_micro_batch", "last_micro_batch")
 GRAD_SYNC_EVERY = re.compile(r"every_([1-9][0-9]*)_micro_batches")
 
+# activation_checkpoint.selective_ac_option's per-op policies (trainer/parallel/checkpointing.py);
+# any other value is a block interval N.
+AC_PER_OP_OPTIONS = ("op", "op_every_other_mm")
+
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.attention": ("sdpa", "triton", "thunderkittens"),
     "training.mixed_precision_param": DTYPES,
@@ -52,8 +56,9 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "training.max_norm": (lambda v: v >= 0, ">= 0 (0 disables clipping)"),
     "training.gc_freq": (lambda v: v >= 0, ">= 0 (0 = Python's automatic GC)"),
     "activation_checkpoint.selective_ac_option": (
-        lambda v: v in ("op", "op_every_other_mm") or (v.isdigit() and int(v) >= 1),
-        "'op', 'op_every_other_mm' or a positive integer N as a string (checkpoint every N-th block)"),
+        lambda v: v in AC_PER_OP_OPTIONS or (v.isdigit() and int(v) >= 1),
+        f"{', '.join(repr(o) for o in AC_PER_OP_OPTIONS)} or a positive integer N as a string "
+        "(checkpoint every N-th block)"),
     "parallelism.fsdp_prefetch": (lambda v: v >= 1, ">= 1 (1 = FSDP2's default: the next block)"),
     "parallelism.fsdp_grad_sync": (
         lambda v: v in GRAD_SYNC_NAMES or GRAD_SYNC_EVERY.fullmatch(v) is not None,

@@ -34,11 +34,13 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from trainer.config.checks import AC_PER_OP_OPTIONS
+
 logger = logging.getLogger("titankit")
 
 MODES = ("none", "full", "selective", "memory_budget")
-OP_EVERY_OTHER_MM = "op_every_other_mm"
-PER_OP_OPTIONS = ("op", OP_EVERY_OTHER_MM)
+PER_OP_OPTIONS = AC_PER_OP_OPTIONS  # "op", then torchtitan's rule
+OP_EVERY_OTHER_MM = PER_OP_OPTIONS[1]
 
 
 def _save_list() -> set:
