@@ -1,10 +1,15 @@
-"""Atomic file replacement, shared by the shard writer, the checkpoint records and the run folder."""
+"""Atomic file replacement (the shard writer, the checkpoint records, the run folder) and an exclusive
+file lock (the embedded corpus cache, scripts/prepare_data.py)."""
 
 from __future__ import annotations
 
+import errno
 import os
+import time
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Iterator
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
@@ -30,4 +35,36 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     except OSError:
         pass  # some file systems cannot fsync a folder
     finally:
+        os.close(fd)
+
+
+@contextmanager
+def file_lock(lock_path: Path, timeout_s: float, who: str, busy: str = "") -> Iterator[None]:
+    """Exclusive flock on `lock_path`, polled until `timeout_s` (0: one try), then TimeoutError(busy);
+    released on exit or when the holder dies. A file system that refuses locks gets a warning naming
+    `who`, and the body runs without a lock."""
+    import fcntl
+
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    locked = False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except OSError as e:
+                if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    warnings.warn(f"{who}: cannot lock {lock_path} ({e}); going on without a lock")
+                    break
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            if time.monotonic() > deadline:
+                raise TimeoutError(busy or f"{who}: {lock_path} is locked by another process")
+            time.sleep(0.1)
+        yield
+    finally:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

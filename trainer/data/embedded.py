@@ -14,7 +14,6 @@ A crashed builder leaves only a temporary folder, which the next builder removes
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -25,12 +24,11 @@ import socket
 import sys
 import sysconfig
 import time
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
+
+from trainer.files import file_lock
 
 from .shards import write_shard
 
@@ -87,40 +85,6 @@ def corpus_key(tokenizer, files: list[tuple[str, int]], max_bytes: int) -> str:
     return f"stdlib-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
 
 
-@contextmanager
-def _file_lock(lock_path: Path, timeout_s: float, who: str = "embedded corpus") -> Iterator[None]:
-    """Exclusive flock on `lock_path`, polled until `timeout_s`; released on exit or process death.
-    `who` names the tool in the warning for file systems that refuse locks."""
-    import fcntl
-
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    locked = False
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                locked = True
-                break
-            except OSError as e:
-                if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    # Some network file systems refuse locks; the atomic rename below still keeps the
-                    # cache consistent, at the cost of several processes building it.
-                    warnings.warn(f"{who}: cannot lock {lock_path} ({e}); going on without a lock")
-                    break
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"embedded corpus: waited {timeout_s:.0f}s for {lock_path} held by another process building "
-                    f"the corpus; if no such process runs, delete the lock file, or set data.cache_dir elsewhere"
-                )
-            time.sleep(0.1)
-        yield
-    finally:
-        if locked:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def _build(folder: Path, root: Path, files: list[tuple[str, int]], tokenizer, shard_tokens: int) -> dict:
@@ -187,7 +151,11 @@ def build_embedded(
         base.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"data.cache_dir: cannot create {base}: {e}") from e
-    with _file_lock(base / f"{name}.lock", timeout_s):
+    busy = (f"embedded corpus: waited {timeout_s:.0f}s for {base / f'{name}.lock'} held by another process "
+            "building the corpus; if no such process runs, delete the lock file, or set data.cache_dir elsewhere")
+    # Where locks are refused (some network file systems), the atomic renames still keep the cache
+    # consistent, at the cost of several processes building it.
+    with file_lock(base / f"{name}.lock", timeout_s, "embedded corpus", busy):
         if (final / _MARKER).exists():
             return final
         for stale in base.glob(f"{name}.tmp-*"):

@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .embedded import _file_lock
+from trainer.files import file_lock
+
 from .shards import (
     COMPLETE_MARKER,
     make_header,
@@ -373,7 +374,7 @@ def output_lock(output: Path):
     lock = output / LOCK_NAME
     stack = ExitStack()
     try:
-        stack.enter_context(_file_lock(lock, timeout_s=0.0, who="scripts/prepare_data.py"))
+        stack.enter_context(file_lock(lock, 0.0, "scripts/prepare_data.py"))
     except TimeoutError:
         try:
             holder = lock.read_text(encoding="ascii").split()

@@ -44,8 +44,6 @@ def header_path(bin_path: str | Path) -> Path:
     return Path(bin_path).with_suffix(".json")
 
 
-
-
 def make_header(tokenizer, count: int, source: Any = None) -> dict:
     """The header of a shard of `count` tokens made by `tokenizer`."""
     header = {
