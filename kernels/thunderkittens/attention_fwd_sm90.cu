@@ -185,10 +185,12 @@ __global__ __launch_bounds__(FWD_THREADS, 1) void fwd_kernel(const __grid_consta
             wait(k_full[s], (i / STAGES) & 1);
             // Pin the last writes of o (the rescale) and p (the conversion) before the wgmma.fence
             // issued with S_i, so that the compiler cannot sink them between the two wgmmas (ptxas
-            // would then serialise them); no second fence is needed for P V.
+            // would then serialise them); no second fence is needed for P V. No proxy fence either:
+            // Q and K arrive by TMA, ordered by their mbarriers (detail::wgmma_fence).
             detail::pin_registers(o);
             detail::pin_registers(p);
-            warpgroup::mm_ABt(att, q_s[wg], k_s[s]);  // S_i
+            detail::wgmma_fence(att);
+            warpgroup::mma_ABt<rt_fl<16, KV_ROWS>, q_tile, kv_tile, 0, 0>(att, q_s[wg], k_s[s]);  // S_i
             wait(v_full[sp], ((i - 1) / STAGES) & 1);
             // O += P_{i-1} V_{i-1}, relative to m_{i-1}
             warpgroup::mma_AB<rt_fl<16, D>, rt_bf<16, KV_ROWS>, kv_tile, 0, 1>(o, p, v_s[sp]);
