@@ -106,7 +106,7 @@ __global__ __launch_bounds__(FWD_THREADS, 1) void fwd_kernel(const __grid_consta
     constexpr int STAGES = C::STAGES;
 
     extern __shared__ alignment_dummy smem[];
-    tma_swizzle_allocator al((int*)&smem[0]);
+    detail::smem_allocator al(&smem[0]);
     q_tile(&q_s)[FWD_CONSUMERS] = al.allocate<q_tile, FWD_CONSUMERS>();
     kv_tile(&k_s)[STAGES] = al.allocate<kv_tile, STAGES>();
     kv_tile(&v_s)[STAGES] = al.allocate<kv_tile, STAGES>();
