@@ -105,20 +105,26 @@ def fail(cfg: JobConfig, key: str, why: str) -> ConfigError:
     return ConfigError(f"{source_of(cfg, key)}: {key} = {format_value(get_value(cfg, key))}: {why}")
 
 
+def value_problem(key: str, value: Any) -> str | None:
+    """Why `value` breaks key's CHOICES or RANGES entry ("must be ..."), or None when it does not."""
+    if key in CHOICES:
+        return None if value in CHOICES[key] else f"must be one of {' | '.join(CHOICES[key])}"
+    ok, valid = RANGES[key]
+    if isinstance(value, float) and value != value:  # NaN passes no range check
+        return f"must be a number: {valid}"
+    return None if ok(value) else f"must be {valid}"
+
+
 def check_section(section: str, obj: Any) -> None:
     """The CHOICES and RANGES checks of one section object built in code (no file to name), as a
     ValueError: for code that takes a section without its JobConfig (trainer/optim.py)."""
-    for key, allowed in CHOICES.items():
-        name = key.split(".", 1)
-        if name[0] == section and getattr(obj, name[1]) not in allowed:
-            raise ValueError(f"{key} = {getattr(obj, name[1])!r}: must be one of {' | '.join(allowed)}")
-    for key, (ok, valid) in RANGES.items():
-        name = key.split(".", 1)
-        if name[0] != section:
-            continue
-        value = getattr(obj, name[1])
-        if (isinstance(value, float) and value != value) or not ok(value):  # NaN passes no range
-            raise ValueError(f"{key} = {value!r}: must be {valid}")
+    for key in (*CHOICES, *RANGES):
+        owner, name = key.split(".", 1)
+        if owner == section:
+            value = getattr(obj, name)
+            why = value_problem(key, value)
+            if why is not None:
+                raise ValueError(f"{key} = {value!r}: {why}")
 
 
 def check_values(cfg: JobConfig) -> None:
@@ -128,19 +134,15 @@ def check_values(cfg: JobConfig) -> None:
                    "was removed: decay_ratio now turns every decay_type into warmup-stable-decay, as in "
                    "torchtitan; write decay_type = \"linear\" with decay_ratio = 0.2 (wsd's old default) "
                    "or the ratio you had")
-    for key, allowed in CHOICES.items():
+    for key in (*CHOICES, *RANGES):
         value = get_value(cfg, key)
-        if value not in allowed:
-            hint = suggest(str(value), list(allowed))
-            raise fail(cfg, key, f"must be one of {' | '.join(allowed)}"
-                       + (f" (did you mean {hint!r}?)" if hint else ""))
-    for key, (ok, valid) in RANGES.items():
-        value = get_value(cfg, key)
-        if isinstance(value, float) and value != value:  # NaN passes no range check
-            raise fail(cfg, key, f"must be a number: {valid}")
-        if not ok(value):
-            hint = suggest(str(value), list(LIKELY[key])) if key in LIKELY else None
-            raise fail(cfg, key, f"must be {valid}" + (f" (did you mean {hint!r}?)" if hint else ""))
+        why = value_problem(key, value)
+        if why is None:
+            continue
+        # A close allowed value as a hint (none for NaN: "nan" resembles nothing allowed).
+        likely = CHOICES[key] if key in CHOICES else LIKELY.get(key, ())
+        hint = suggest(str(value), list(likely)) if likely and value == value else None
+        raise fail(cfg, key, why + (f" (did you mean {hint!r}?)" if hint else ""))
     if cfg.parallelism.enable_async_tensor_parallel and not cfg.compile.enable:
         raise fail(cfg, "parallelism.enable_async_tensor_parallel",
                    "async TP is done by the compiler; set compile.enable = true as well, "
