@@ -68,6 +68,7 @@ from trainer.checkpoint_folders import (
     section_template,
     set_aside,
     step_folder,
+    unsaved_rewind,
     write_load_step_record,
 )
 from trainer.checkpoint_memory import (
@@ -392,10 +393,8 @@ class CheckpointManager:
         if entry is None:
             return
         rewinds = read_load_step_record(self.root)
-        if rewinds and rewinds[-1]["load_step"] == entry["load_step"] \
-                and rewinds[-1].get("first_save") is None:
-            return
-        write_load_step_record(self.root, rewinds + [entry])
+        if unsaved_rewind(rewinds, entry["load_step"]) is None:
+            write_load_step_record(self.root, rewinds + [entry])
 
     def _resolve_initial(self, path: Path) -> Path:
         """initial_load_path may name a step-N folder or a folder of them (then: the newest)."""
@@ -700,9 +699,9 @@ class CheckpointManager:
                 # The abandoned steps are aside: complete steps after load_step are this run's own
                 # from now on, and a relaunch of the same command continues from them.
                 rewinds = read_load_step_record(self.root)
-                if rewinds and rewinds[-1]["load_step"] == self._rewind["load_step"] \
-                        and rewinds[-1].get("first_save") is None:
-                    rewinds[-1]["first_save"] = step
+                entry = unsaved_rewind(rewinds, self._rewind["load_step"])
+                if entry is not None:
+                    entry["first_save"] = step
                     write_load_step_record(self.root, rewinds)
                 self._rewind = None
 

@@ -147,6 +147,15 @@ def read_load_step_record(root: Path) -> list[dict[str, Any]]:
     return rewinds
 
 
+def unsaved_rewind(rewinds: list[dict[str, Any]], load_step: int) -> dict[str, Any] | None:
+    """The record's last entry when it is a rewind to load_step whose first save has not happened
+    yet (its first_save is None), else None."""
+    last = rewinds[-1] if rewinds else None
+    if last is not None and last["load_step"] == load_step and last.get("first_save") is None:
+        return last
+    return None
+
+
 def write_load_step_record(root: Path, rewinds: list[dict[str, Any]]) -> None:
     """Replace root's rewind record atomically (a temp file renamed over it): a crash leaves the old
     record or the new one, never half of one."""
