@@ -36,6 +36,7 @@ from trainer.files import file_lock
 
 from .shards import (
     COMPLETE_MARKER,
+    is_prepare_data_shard,
     make_header,
     read_complete_marker,
     read_header,
@@ -422,14 +423,12 @@ def mark_complete(output: str | Path, log: Callable[[str], None] | None = print)
         parts: dict[int, set[int]] = {}
         wanted: dict[int, int] = {}
         for name, h in shards:
-            source = h.get("source")
-            made_here = isinstance(source, dict) and "parts" in source
-            if not made_here or not re.fullmatch(r"shard-\d{6}-\d{4}\.bin", name):
+            if not is_prepare_data_shard(h) or not re.fullmatch(r"shard-\d{6}-\d{4}\.bin", name):
                 raise ValueError(f"output folder {output}: {name} was not made by scripts/prepare_data.py; "
                                  f"--mark-complete marks only prepare_data folders")
             unit = int(name[len("shard-") : len("shard-000000")])
-            parts.setdefault(unit, set()).add(int(source.get("part", -1)))
-            wanted[unit] = int(source.get("parts", -1))
+            parts.setdefault(unit, set()).add(int(h["source"].get("part", -1)))
+            wanted[unit] = int(h["source"]["parts"])
         problems = [f"unit {u} has parts {sorted(p)} of {wanted[u]}"
                     for u, p in sorted(parts.items()) if p != set(range(wanted[u]))]
         gaps = sorted(set(range(max(parts) + 1)) - set(parts))

@@ -167,7 +167,8 @@ def remove_complete_marker(folder: str | Path) -> None:
     (Path(folder) / COMPLETE_MARKER).unlink(missing_ok=True)
 
 
-def _is_prepare_data_shard(header: dict) -> bool:
+def is_prepare_data_shard(header: dict) -> bool:
+    """Whether a shard header was written by scripts/prepare_data.py (its source names a unit and parts)."""
     source = header.get("source")
     return isinstance(source, dict) and "unit" in source and "parts" in source
 
@@ -178,7 +179,7 @@ def check_complete(folder: Path, shards: list[tuple[str, dict]]) -> None:
     when the shards come from scripts/prepare_data.py (it writes the marker last)."""
     marker = read_complete_marker(folder)
     if marker is None:
-        if any(_is_prepare_data_shard(h) for _, h in shards):
+        if any(is_prepare_data_shard(h) for _, h in shards):
             raise ValueError(
                 f"dataset folder {folder} has no {COMPLETE_MARKER}: scripts/prepare_data.py did not finish "
                 f"there (killed, failed or still running), so it may hold only part of the dataset. Rerun the "
