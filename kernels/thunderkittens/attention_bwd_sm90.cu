@@ -18,20 +18,20 @@
 //      dS^T goes to shared memory (double buffered, handed over with mbarriers). dQ needs both
 //      consumers' dS^T, so each consumer computes half of dQ's columns one iteration later,
 //      dQ[:, half] = dS K[:, half] (D = 64: consumer 0 does all), issuing those wgmmas before the
-//      iteration's dV / dK ones: once they retired, it writes dQ to a staging block in its
-//      register order and adds the block to the fp32 accumulator with one bulk reduce-add
-//      (cp.reduce.async.bulk .add) while dV / dK still run (see dq_block for the layout).
+//      iteration's dV / dK ones: once they retired, it adds dQ into the fp32 accumulator in its
+//      register order with eight 16-byte vector reductions per thread (red.global.add.v4.f32)
+//      while dV / dK still run (see dq_block for the layout).
 //      dK (times the softmax scale) and dV leave as bf16 through TMA stores.
 //   3. dq = bf16(dq_acc * scale), putting the blocks' rows and columns back in place.
-// dQ's accumulator is not bitwise deterministic by default (the order of the reduce-adds varies).
+// dQ's accumulator is not bitwise deterministic by default (the order of the reductions varies).
 // Deterministic mode (a `locks` workspace, torch.use_deterministic_algorithms) makes every fp32
 // accumulator block take its adds in key-block order: see lock_count below.
 //
 // Why this schedule (docs/benchmarks.md sections 4a and 4b): dQ is a fifth of the FLOPs, but when
 // each consumer waited for all its wgmmas before staging dQ (a swizzled fp32 tile: 32 scalar
 // stores and their address arithmetic per thread) and only then started the next S^T / dP^T, dQ
-// took a third of the time. The register-order block (eight 16-byte stores) and the dQ-first
-// order overlap the staging with dV / dK within the 240 registers; orders that also overlap the
+// took a third of the time. The register-order block (eight 16-byte adds) and the dQ-first
+// order overlap the adds with dV / dK within the 240 registers; orders that also overlap the
 // next S^T / dP^T need their 64 accumulator registers beside dK, dV, P^T and dS^T and spill, and
 // dV issued between S^T's and dP^T's waits measured slower; so did cuDNN's schedule pieces
 // (consumers taking turns at a whole m64n128 dQ, with or without lockstep barriers; dP^T issued
@@ -78,7 +78,7 @@ struct bwd_cfg {
     static constexpr int SMEM = 2 * BWD_CONSUMERS * sizeof(kv_tile)     // K, V
                                 + 2 * BWD_STAGES * sizeof(q_tile)       // Q, dO
                                 + 2 * BWD_CONSUMERS * sizeof(ds_tile)   // dS^T, double buffered
-                                + BWD_CONSUMERS * sizeof(dq_tile)       // dQ staging
+                                + BWD_CONSUMERS * sizeof(dq_tile)       // dQ (det. mode), dK/dV staging
                                 + 2 * 1024                              // lse2, delta (aligned)
                                 + 1024;  // the allocator's 1024-byte alignment of the start
     static_assert(SMEM <= MAX_SHARED_MEMORY - 1024, "backward tiles exceed shared memory");
@@ -261,9 +261,10 @@ __device__ inline void load_cols(RV& dst, const SV& src) {
 // The fp32 dQ accumulator is a sequence of blocks, one per (b, h, query tile, column part):
 // block ((b * Hq + h) * n_qt + qt) * DQ_PARTS + part holds the 64 x DQ_COLS partial in the order
 // the consumer warpgroup's registers hold it: float4 m of thread t (0..127) at m * 128 + t. So a
-// consumer writes its partial with eight conflict-free 16-byte stores per thread (an st_fl tile
-// took 32 scalar swizzled stores and their address arithmetic) and adds it with one contiguous
-// bulk reduce-add; the conversion kernel puts rows and columns back in place (dq_block_coords).
+// consumer adds its partial with eight 16-byte vector reductions per thread, each warp's 512
+// contiguous bytes (deterministic mode: eight conflict-free 16-byte staging stores, then one
+// contiguous bulk add; an st_fl tile took 32 scalar swizzled stores and their address
+// arithmetic); the conversion kernel puts rows and columns back in place (dq_block_coords).
 template <int D>
 __device__ inline size_t dq_block(int b, int h, int qt, int part, int hq, int n_qt) {
     return ((((size_t)b * hq + h) * n_qt + qt) * bwd_cfg<D>::DQ_PARTS + part) *
@@ -431,34 +432,38 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warpgroup::mma_AtB<dq_rt, ds_tile, k_sub, 0, 0>(dq, ds_s[buf][0], k0);
         warpgroup::mma_AtB<dq_rt, ds_tile, k_sub, 0, 1>(dq, ds_s[buf][1], k1);
     };
-    // Once dq's wgmmas retired: free the dS^T buffer, add dq into its accumulator block (in
-    // deterministic mode, hand it to this consumer's writer warp).
+    // Once dq's wgmmas retired: free the dS^T buffer and add dq into its accumulator block with
+    // eight 16-byte vector reductions per thread, straight from registers (staging it for one bulk
+    // reduce-add kept the consumers in a proxy fence and two barriers: forward+backward level to
+    // 1.1% slower, docs/benchmarks.md 4u). Deterministic mode stages dq for this consumer's writer
+    // warp, which adds in key-block order.
     auto dq_add = [&](int it, int2 tile, const dq_rt& dq) {
         const auto [h, qt] = tile;
         const int t = warpgroup::laneid();  // 0..127
         warp::arrive(ds_free[it % 2]);
-        const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[wg]));
-        if constexpr (DET) {
-            if (it > 0) wait(dq_read[wg], (it - 1) & 1);  // staging block free
-        } else {
-            if (t == 0) tma::store_async_read_wait<0>();  // staging block free
-            warpgroup::sync(wg + 1);
-        }
+        if constexpr (!DET) {
+            float* const blk = g.dq_acc + dq_block<D>(b, h, qt, part, g.hq, n_qt) + 4 * t;
 #pragma unroll
-        for (int m = 0; m < C::DQ_BLOCK / 512; m++) {
-            const float4 v = dq_float4(dq, m);
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                             stage + 16 * (m * 128 + t)),
-                         "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-                         : "memory");
-        }
-        detail::fence_async_shared();
-        if constexpr (DET) {
+            for (int m = 0; m < C::DQ_BLOCK / 512; m++) {
+                const float4 v = dq_float4(dq, m);
+                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(blk + 512 * m),
+                             "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                             : "memory");
+            }
+        } else {
+            const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[wg]));
+            if (it > 0) wait(dq_read[wg], (it - 1) & 1);  // staging block free
+#pragma unroll
+            for (int m = 0; m < C::DQ_BLOCK / 512; m++) {
+                const float4 v = dq_float4(dq, m);
+                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                                 stage + 16 * (m * 128 + t)),
+                             "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                             : "memory");
+            }
+            detail::fence_async_shared();
             __syncwarp();  // the whole warp's stores and fences before lane 0's (release) arrival
             warp::arrive(dq_staged[wg]);
-        } else {
-            warpgroup::sync(wg + 1);
-            if (t == 0) bulk_add<D>(g.dq_acc + dq_block<D>(b, h, qt, part, g.hq, n_qt), stage);
         }
     };
     // The dQ step of iteration `it`: its wgmmas go first, then `after` issues this consumer's

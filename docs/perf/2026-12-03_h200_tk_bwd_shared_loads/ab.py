@@ -3,7 +3,7 @@ extension built from the same sources with the REVERT edits applied ("head": mai
 change), both in one process. For the anchor, 8B and 70B-TP8 shapes: forward output and LSE
 bitwise, dK and dV bitwise, dQ within the spread of its fp32 adds; then do_bench medians of the
 forward and of forward+backward, builds alternating first round by round, `cooldown` s idle before
-each measurement.
+each measurement. Other experiments import it with their own REVERT list.
 
   python3 docs/perf/2026-12-03_h200_tk_bwd_shared_loads/ab.py [rounds] [cooldown]
 """
@@ -30,12 +30,12 @@ REVERT = [
 ]
 
 
-def head_extension():
+def head_extension(revert):
     from torch.utils import cpp_extension
 
     tmp = Path(tempfile.mkdtemp(prefix="tk_head_"))
     edits = {}
-    for name, tree, head in REVERT:
+    for name, tree, head in revert:
         edits.setdefault(name, []).append((tree, head))
     for f in build.SRC_DIR.iterdir():
         if f.suffix in (".cu", ".cuh", ".h", ".cpp"):
@@ -51,12 +51,12 @@ def head_extension():
                               extra_ldflags=build.ld_flags())
 
 
-def main():
+def main(revert):
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     exts = {"tree": build.extension()}
     t0 = time.time()
-    exts["head"] = head_extension()
+    exts["head"] = head_extension(revert)
     print(f"head build {time.time() - t0:.0f} s", flush=True)
     names = list(exts)
     med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
@@ -97,4 +97,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(REVERT)
