@@ -25,6 +25,14 @@ NEW_LINE = "    detail::smem_allocator al(&smem[0]);"
 OLD_LINE = "    tma_swizzle_allocator al((int*)&smem[0]);"
 
 
+def med(x):
+    return sorted(x)[len(x) // 2]
+
+
+def fmt(x):
+    return ", ".join(f"{v:.0f}" for v in x)
+
+
 def old_extension():
     from torch.utils import cpp_extension
 
@@ -43,18 +51,13 @@ def old_extension():
                               extra_ldflags=build.ld_flags(), build_directory=None)
 
 
-def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
-    exts = {"titankit allocator": build.extension()}
-    t0 = time.time()
-    exts["tk allocator"] = old_extension()
-    print(f"old build {time.time() - t0:.0f} s", flush=True)
+def attention_ab(exts, rounds, cooldown):
+    """The attention A/B of two builds (exts: name -> extension, the first is the one under test):
+    forward output and LSE bitwise, dK and dV bitwise, dQ's largest difference; then do_bench
+    medians of the forward and forward+backward, builds alternating first round by round,
+    `cooldown` s idle before each measurement. Leaves the first build installed."""
     names = list(exts)
-    med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
-    fmt = lambda x: ", ".join(f"{v:.0f}" for v in x)  # noqa: E731
-
-    print("| shape | build | fwd by round | fwd median | fwd+bwd by round | fwd+bwd median | checks vs tk allocator |")
+    print(f"| shape | build | fwd by round | fwd median | fwd+bwd by round | fwd+bwd median | checks vs {names[1]} |")
     print("|---|---|---|---|---|---|---|")
     for shape in ("anchor", "8b", "70b-tp8"):
         b, hq, hkv, s, d = B.ATTN_SHAPES[shape]
@@ -85,7 +88,18 @@ def main():
                 both[n].append(3.5 * flops / ms / 1e9)
         for n in names:
             print(f"| {shape} | {n} | {fmt(fwd[n])} | {med(fwd[n]):.0f} | {fmt(both[n])} | {med(both[n]):.0f} | {check} |", flush=True)
+    build._EXTENSION = exts[names[0]]
 
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
+    exts = {"titankit allocator": build.extension()}
+    t0 = time.time()
+    exts["tk allocator"] = old_extension()
+    print(f"old build {time.time() - t0:.0f} s", flush=True)
+    names = list(exts)
+    attention_ab(exts, rounds, cooldown)
     print()
     print("| GEMM | scales | build | TFLOP/s by round | median | bitwise vs tk allocator |")
     print("|---|---|---|---|---|---|")

@@ -7,15 +7,16 @@ each measurement. Other experiments import it with their own REVERT list.
 
   python3 docs/perf/2026-12-03_h200_tk_bwd_shared_loads/ab.py [rounds] [cooldown]
 """
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
+from kernels.thunderkittens import build
 
-from kernels.thunderkittens import bench as B
-from kernels.thunderkittens import build, ops
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "2026-12-02_h200_tk_smem_allocator"))
+import alloc_ab  # noqa: E402  (the attention A/B loop of 4r)
 
 # (file, text in the tree, text in head): the backward's tiles through detail::smem_allocator,
 # whose base is now computed from the pointer itself (so nvcc keeps it in the shared window).
@@ -58,42 +59,7 @@ def main(revert):
     t0 = time.time()
     exts["head"] = head_extension(revert)
     print(f"head build {time.time() - t0:.0f} s", flush=True)
-    names = list(exts)
-    med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
-    fmt = lambda x: ", ".join(f"{v:.0f}" for v in x)  # noqa: E731
-
-    print("| shape | build | fwd by round | fwd median | fwd+bwd by round | fwd+bwd median | checks vs head |")
-    print("|---|---|---|---|---|---|---|")
-    for shape in ("anchor", "8b", "70b-tp8"):
-        b, hq, hkv, s, d = B.ATTN_SHAPES[shape]
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v, do = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16() for h in (hq, hkv, hkv, hq))
-        res = {}
-        for n in names:
-            build._EXTENSION = exts[n]
-            out, lse = torch.ops.titankit.tk_attn_fwd(q, k, v, True)
-            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-            grads = torch.autograd.grad(ops.attention(*leaves, causal=True), leaves, do)
-            res[n] = (out, lse, *grads)
-        a, o = res[names[0]], res[names[1]]
-        check = (f"out, lse bitwise {torch.equal(a[0], o[0]) and torch.equal(a[1], o[1])}; "
-                 f"dk, dv bitwise {torch.equal(a[3], o[3]) and torch.equal(a[4], o[4])}; "
-                 f"dq max diff {(a[2].float() - o[2].float()).abs().max().item():.1e}")
-        flops = 4.0 * b * hq * s * s * d / 2
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        fwd = {n: [] for n in names}
-        both = {n: [] for n in names}
-        for r in range(rounds):
-            for n in (names if r % 2 == 0 else names[::-1]):
-                build._EXTENSION = exts[n]
-                time.sleep(cooldown)
-                fwd[n].append(flops / B._time(lambda: torch.ops.titankit.tk_attn_fwd(q, k, v, True)) / 1e9)
-                time.sleep(cooldown)
-                ms = B._time(lambda: torch.autograd.grad(ops.attention(*leaves, causal=True), leaves, do))
-                both[n].append(3.5 * flops / ms / 1e9)
-        for n in names:
-            print(f"| {shape} | {n} | {fmt(fwd[n])} | {med(fwd[n]):.0f} | {fmt(both[n])} | {med(both[n]):.0f} | {check} |", flush=True)
-    build._EXTENSION = exts[names[0]]
+    alloc_ab.attention_ab(exts, rounds, cooldown)
 
 
 if __name__ == "__main__":
