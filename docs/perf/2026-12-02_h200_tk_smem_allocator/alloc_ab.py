@@ -33,22 +33,29 @@ def fmt(x):
     return ", ".join(f"{v:.0f}" for v in x)
 
 
-def old_extension():
+def edited_extension(name, edit):
+    """The kernels built as extension `name` from a temporary copy of their sources, each file's
+    text passed through edit(file_name, text) first."""
     from torch.utils import cpp_extension
 
-    tmp = Path(tempfile.mkdtemp(prefix="tk_old_alloc_"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{name}_"))
     for f in build.SRC_DIR.iterdir():
         if f.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            text = f.read_text()
-            if f.suffix == ".cu":
-                assert text.count(NEW_LINE) == 1, f
-                text = text.replace(NEW_LINE, OLD_LINE)
-            (tmp / f.name).write_text(text)
-    root = build.tk_root()
-    flags = [x for x in build.nvcc_flags(root) if x != f"-I{build.SRC_DIR}"] + [f"-I{tmp}"]
-    return cpp_extension.load(name="titankit_tk_old", sources=[str(tmp / s) for s in build.SOURCES],
+            (tmp / f.name).write_text(edit(f.name, f.read_text()))
+    flags = [x for x in build.nvcc_flags(build.tk_root()) if x != f"-I{build.SRC_DIR}"] + [f"-I{tmp}"]
+    return cpp_extension.load(name=name, sources=[str(tmp / s) for s in build.SOURCES],
                               extra_cflags=build.CXX_FLAGS, extra_cuda_cflags=flags,
                               extra_ldflags=build.ld_flags(), build_directory=None)
+
+
+def old_extension():
+    def swap(file_name, text):
+        if file_name.endswith(".cu"):
+            assert text.count(NEW_LINE) == 1, file_name
+            text = text.replace(NEW_LINE, OLD_LINE)
+        return text
+
+    return edited_extension("titankit_tk_old", swap)
 
 
 def attention_ab(exts, rounds, cooldown):

@@ -9,9 +9,7 @@ each measurement. Other experiments import it with their own REVERT list.
 """
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from kernels.thunderkittens import build
 
@@ -32,24 +30,19 @@ REVERT = [
 
 
 def head_extension(revert):
-    from torch.utils import cpp_extension
-
-    tmp = Path(tempfile.mkdtemp(prefix="tk_head_"))
     edits = {}
     for name, tree, head in revert:
         edits.setdefault(name, []).append((tree, head))
-    for f in build.SRC_DIR.iterdir():
-        if f.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            text = f.read_text()
-            for tree, head in edits.pop(f.name, []):
-                assert text.count(tree) == 1, (f, tree)
-                text = text.replace(tree, head)
-            (tmp / f.name).write_text(text)
-    assert not edits, edits
-    flags = [x for x in build.nvcc_flags(build.tk_root()) if x != f"-I{build.SRC_DIR}"] + [f"-I{tmp}"]
-    return cpp_extension.load(name="titankit_tk_head", sources=[str(tmp / s) for s in build.SOURCES],
-                              extra_cflags=build.CXX_FLAGS, extra_cuda_cflags=flags,
-                              extra_ldflags=build.ld_flags())
+
+    def undo(file_name, text):
+        for tree, head in edits.pop(file_name, []):
+            assert text.count(tree) == 1, (file_name, tree)
+            text = text.replace(tree, head)
+        return text
+
+    ext = alloc_ab.edited_extension("titankit_tk_head", undo)
+    assert not edits, edits  # every REVERT file was among the sources
+    return ext
 
 
 def main(revert):

@@ -18,6 +18,6 @@ from kernels.thunderkittens import build  # noqa: E402
 if __name__ == "__main__":
     main_copy = Path(sys.argv.pop(1))
     name = "attention_bwd_sm90.cu"
-    tree = (build.SRC_DIR / name).read_text()
-    assert tree != main_copy.read_text(), "the working tree is not patched"
-    shared_loads_ab.main([(name, tree, main_copy.read_text())])
+    tree, head = (build.SRC_DIR / name).read_text(), main_copy.read_text()
+    assert tree != head, "the working tree is not patched"
+    shared_loads_ab.main([(name, tree, head)])
