@@ -3,7 +3,7 @@ main's attention_bwd_sm90.cu ("head"), built as a second extension in the same p
 timing as in docs/perf/2026-12-03_h200_tk_bwd_shared_loads/ab.py.
 
   cp kernels/thunderkittens/attention_bwd_sm90.cu /tmp/main_bwd.cu && git apply <patch>
-  python3 docs/perf/2026-12-03_prepared_tk_bwd_three_stages/ab.py /tmp/main_bwd.cu [rounds] [cooldown]
+  python3 docs/perf/2026-12-03_h200_tk_bwd_three_stages/ab.py /tmp/main_bwd.cu [rounds] [cooldown]
 """
 import os
 import sys

@@ -2,7 +2,7 @@
 # the patched tree, then the A/B. Leaves the device copy patched (it is thrown away).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=$PWD THUNDERKITTENS_ROOT=$PWD/.tk PYTHONUNBUFFERED=1
-D=docs/perf/2026-12-03_prepared_tk_bwd_three_stages
+D=docs/perf/2026-12-03_h200_tk_bwd_three_stages
 date -u > $OUT/call1_date.txt
 T0=$SECONDS
 cp kernels/thunderkittens/attention_bwd_sm90.cu /tmp/main_bwd.cu
