@@ -185,6 +185,14 @@ __host__ __device__ inline bool bwd_paired(bool causal, bool det, int split) {
     return causal && !det && split == 1;
 }
 
+// (x, y, z) of the CTA with launch index blockIdx.x + gridDim.x (blockIdx.y + gridDim.y blockIdx.z)
+// when z runs fastest.
+__device__ inline int3 pairs_fastest() {
+    const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int r = lin / gridDim.z;
+    return make_int3(r % gridDim.x, r / gridDim.x, lin % gridDim.z);
+}
+
 // Grid z: key blocks, or pairs of them.
 inline int bwd_grid_z(int skv, bool paired) {
     const int n_kvb = key_blocks(skv);
@@ -346,16 +354,19 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     __syncthreads();
 
     // The grid is (Hkv * split, B, key blocks or pairs of them, see bwd_unit); deterministic mode
-    // walks it in ticket order.
+    // walks it in ticket order. Paired CTAs take the pairs fastest in launch order, so the CTAs
+    // running at once cover every pair of a few (KV head, batch) and read each Q / dO tile and
+    // add into each dQ block together (bwd_unit), instead of a few pairs of every KV head.
+    const bool paired = bwd_paired(CAUSAL, DET, g.split);
     const int3 cta = DET ? make_int3(ticket % gridDim.x, ticket / gridDim.x % gridDim.y,
                                      ticket / (gridDim.x * gridDim.y))
-                         : make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
+                   : paired ? pairs_fastest()
+                            : make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
     const int hkv = cta.x / g.split, b = cta.y;
     const int heads = g.group / g.split;  // query heads of this CTA
     const int h0 = hkv * g.group + (cta.x % g.split) * heads;
     const int wg = detail::warpgroup_index();
     const int n_qt = (g.sq + BWD_Q - 1) / BWD_Q;
-    const bool paired = bwd_paired(CAUSAL, DET, g.split);
     const int n_kvb = key_blocks(g.skv);
     const int n_units = paired && n_kvb - 1 - cta.z > cta.z ? 2 : 1;
     auto unit = [&](int u) { return make_unit<CAUSAL, DET>(cta.z, u, paired, g.skv, n_qt, heads); };

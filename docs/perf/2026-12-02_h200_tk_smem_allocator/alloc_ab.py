@@ -58,16 +58,17 @@ def old_extension():
     return edited_extension("titankit_tk_old", swap)
 
 
-def attention_ab(exts, rounds, cooldown):
+def attention_ab(exts, rounds, cooldown, shapes=None):
     """The attention A/B of two builds (exts: name -> extension, the first is the one under test):
     forward output and LSE bitwise, dK and dV bitwise, dQ's largest difference; then do_bench
     medians of the forward and forward+backward, builds alternating first round by round,
-    `cooldown` s idle before each measurement. Leaves the first build installed."""
+    `cooldown` s idle before each measurement. shapes: name -> (B, Hq, Hkv, S, D), by default the
+    bench's anchor, 8B and 70B-TP8. Leaves the first build installed."""
     names = list(exts)
+    shapes = shapes or {n: B.ATTN_SHAPES[n] for n in ("anchor", "8b", "70b-tp8")}
     print(f"| shape | build | fwd by round | fwd median | fwd+bwd by round | fwd+bwd median | checks vs {names[1]} |")
     print("|---|---|---|---|---|---|---|")
-    for shape in ("anchor", "8b", "70b-tp8"):
-        b, hq, hkv, s, d = B.ATTN_SHAPES[shape]
+    for shape, (b, hq, hkv, s, d) in shapes.items():
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v, do = (torch.randn(b, s, h, d, device="cuda", generator=g).bfloat16() for h in (hq, hkv, hkv, hq))
         res = {}
