@@ -479,7 +479,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     };
     // The dQ step of iteration `it`: its wgmmas go first, then `after` issues this consumer's
     // remaining wgmmas (PENDING groups: dV, dK of the next iteration, or none after the loop); once
-    // dQ's retired, dQ is staged and added while those run.
+    // dQ's retired, dQ is added (deterministic mode: staged) while those run.
     auto dq_step = [&](int it, int2 tile, auto&& after, auto pending) {
         wait(ds_full[it % 2], (it / 2) & 1);
         if (has_dq) {
@@ -563,7 +563,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             detail::fence_async_shared();
             __syncwarp();  // the whole warp's stores and fences before lane 0's (release) arrival
             warp::arrive(ds_full[buf]);
-            // The previous iteration's dQ, staged while this iteration's dV and dK wgmmas run
+            // The previous iteration's dQ, added while this iteration's dV and dK wgmmas run
             // (registers: dQ, P^T, dS^T, dK, dV).
             if (ui >= 1) {
                 dq_step(it - 1, tile_of(un, ui - 1), dv_dk, std::integral_constant<int, 2>{});
