@@ -1,0 +1,2 @@
+# Variant 4 (Q from registers) against 0 again, four rounds, on the machine of call 1 (still warm).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=$PWD THUNDERKITTENS_ROOT=$PWD/.tk PYTHONUNBUFFERED=1; date -u > $OUT/call2_date.txt; python3 -m kernels.thunderkittens.build > $OUT/call2_build.txt 2>&1; python3 docs/perf/2026-12-03_h200_tk_fwd_overlap/fwd_ab.py anchor,8b,70b-tp8 4,0 4 1.5 2>&1 | tee $OUT/call2_ab.txt
