@@ -22,13 +22,16 @@ def set_var(v):
     os.environ["TK_FWD_VAR"] = str(v)
 
 
-def main():
+def main(default_variants="0,1,2,3,7", diffs=False):
+    """diffs: where a variant's output or LSE is not bitwise the first variant's, print their largest
+    absolute differences instead of False (4y's use)."""
     shapes = (sys.argv[1] if len(sys.argv) > 1 else "anchor,8b,70b-tp8").split(",")
-    variants = [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "0,1,2,3,7").split(",")]
+    variants = [int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else default_variants).split(",")]
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     cooldown = float(sys.argv[4]) if len(sys.argv) > 4 else 2.0
     fwd_op = torch.ops.titankit.tk_attn_fwd
-    print("| shape | variant | fwd by round | fwd median | fwd+bwd by round | fwd+bwd median | out, lse bitwise vs 0 |")
+    check = "out, lse vs 0 (bitwise, or max abs difference)" if diffs else "out, lse bitwise vs 0"
+    print(f"| shape | variant | fwd by round | fwd median | fwd+bwd by round | fwd+bwd median | {check} |")
     print("|---|---|---|---|---|---|---|")
     for name in shapes:
         b, hq, hkv, s, d = B.ATTN_SHAPES[name]
@@ -42,6 +45,9 @@ def main():
             if var == variants[0]:
                 ref = (out.clone(), lse.clone())
             same[var] = torch.equal(out, ref[0]) and torch.equal(lse, ref[1])
+            if diffs and not same[var]:
+                same[var] = (f"out {(out.float() - ref[0].float()).abs().max().item():.1e}, "
+                             f"lse {(lse - ref[1]).abs().max().item():.1e}")
         fwd_flops = 4.0 * b * hq * s * s * d / 2
         leaves = [t.detach().requires_grad_() for t in (q, k, v)]
         fwd = {var: [] for var in variants}

@@ -7,16 +7,12 @@ CTAs) and Hkv 32 (Hq 256, 1,024 CTAs; benchmarks 4w).
 """
 import os
 import sys
-import time
 
 from kernels.thunderkittens import bench as B
-from kernels.thunderkittens import build
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "2026-12-03_h200_tk_bwd_shared_loads"))
-sys.path.insert(0, os.path.join(HERE, "..", "2026-12-02_h200_tk_smem_allocator"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                "2026-12-03_h200_tk_bwd_shared_loads"))
 import ab as shared_loads_ab  # noqa: E402
-import alloc_ab  # noqa: E402
 
 TREE = ("                   : paired ? pairs_fastest()\n"
         "                            : make_int3(blockIdx.x, blockIdx.y, blockIdx.z);")
@@ -27,10 +23,4 @@ SHAPES = {**{n: B.ATTN_SHAPES[n] for n in ("anchor", "8b", "70b-tp8")},
           "8b-b4": (4, 32, 8, 8192, 128), "hkv32": (1, 256, 32, 8192, 128)}
 
 if __name__ == "__main__":
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
-    exts = {"tree": build.extension()}
-    t0 = time.time()
-    exts["head"] = shared_loads_ab.head_extension(REVERT)
-    print(f"head build {time.time() - t0:.0f} s", flush=True)
-    alloc_ab.attention_ab(exts, rounds, cooldown, SHAPES)
+    shared_loads_ab.main(REVERT, SHAPES)

@@ -45,14 +45,19 @@ def head_extension(revert):
     return ext
 
 
-def main(revert):
+def main(revert, shapes=None, more=()):
+    """tree against head (the REVERT edits), plus one build per (name, edit) of `more`, each built
+    from the tree's sources through edit(file_name, text); shapes as alloc_ab.attention_ab takes them."""
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     exts = {"tree": build.extension()}
     t0 = time.time()
     exts["head"] = head_extension(revert)
-    print(f"head build {time.time() - t0:.0f} s", flush=True)
-    alloc_ab.attention_ab(exts, rounds, cooldown)
+    for name, edit in more:
+        exts[name] = alloc_ab.edited_extension(f"titankit_tk_{name}", edit)
+    label = " and ".join(["head", *(name for name, _ in more)])
+    print(f"{label} build{'s' if more else ''} {time.time() - t0:.0f} s", flush=True)
+    alloc_ab.attention_ab(exts, rounds, cooldown, shapes)
 
 
 if __name__ == "__main__":

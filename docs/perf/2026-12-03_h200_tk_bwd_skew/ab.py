@@ -6,6 +6,7 @@ later consumer freed it, which limits how far the consumers can drift apart), al
 process (4s's A/B; the checks compare tree with head). Shapes: the bench's three and
 the 8B layout at batch 4 (4x).
 
+  git apply docs/perf/2026-12-03_h200_tk_bwd_skew/skew.patch
   python3 docs/perf/2026-12-03_h200_tk_bwd_skew/ab.py [rounds] [cooldown]
 """
 import os
@@ -13,15 +14,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
-from kernels.thunderkittens import build
+from kernels.thunderkittens import bench as B
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-12-03_h200_tk_bwd_shared_loads"))
-sys.path.insert(0, os.path.join(HERE, "..", "2026-12-02_h200_tk_smem_allocator"))
 import ab as shared_loads_ab  # noqa: E402
-import alloc_ab  # noqa: E402
 
 SKEW_WAIT = ("        if (skew && wg == 1) asm volatile(\"bar.sync %0, %1;\\n\" ::\"n\"(BAR_SKEW), "
              "\"n\"(BWD_CONSUMERS * 128));\n")
@@ -30,7 +28,8 @@ SKEW_ARRIVE = ("            if (wg == 0 && ui == 0) asm volatile(\"bar.arrive %0
 REVERT = [("attention_bwd_sm90.cu", SKEW_WAIT, ""), ("attention_bwd_sm90.cu", SKEW_ARRIVE, "")]
 
 # 4x's shapes without Hkv 32 (time).
-SHAPES = {**{n: alloc_ab.B.ATTN_SHAPES[n] for n in ("anchor", "8b", "70b-tp8")}, "8b-b4": (4, 32, 8, 8192, 128)}
+SHAPES = {**{n: B.ATTN_SHAPES[n] for n in ("anchor", "8b", "70b-tp8")}, "8b-b4": (4, 32, 8, 8192, 128)}
+
 
 def three_stages(file_name, text):
     """The tree's source with three_stages_on_skew.patch applied (by patch(1), on a temporary copy)."""
@@ -46,14 +45,8 @@ def three_stages(file_name, text):
 
 
 if __name__ == "__main__":
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
-    exts = {"tree": build.extension()}
-    t0 = time.time()
-    exts["head"] = shared_loads_ab.head_extension(REVERT)
     if shutil.which("patch"):
-        exts["skew3"] = alloc_ab.edited_extension("titankit_tk_skew3", three_stages)
+        shared_loads_ab.main(REVERT, SHAPES, [("skew3", three_stages)])
     else:
         print("no patch(1) on this machine: skew3 not built", flush=True)
-    print(f"head and skew3 builds {time.time() - t0:.0f} s", flush=True)
-    alloc_ab.attention_ab(exts, rounds, cooldown, SHAPES)
+        shared_loads_ab.main(REVERT, SHAPES)
