@@ -49,16 +49,9 @@ def fused_bwd(ext, dout, q, k, v, out, lse):
     return dq, dk, dv
 
 
-def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
-    t0 = time.time()
-    exts = {"head": build.extension()}
-    exts["fused"] = ab.load("titankit_tk_fused", ab.sources(lambda f: apply(f)))
-    exts["no consumer fence"] = ab.load("titankit_tk_nofence", ab.sources(lambda f: apply(
-        f, ("red.release.cta.shared::cta.add.u32", "red.relaxed.cta.shared::cta.add.u32"))))
-    exts["no counting"] = ab.load("titankit_tk_nocount", ab.sources(lambda f: apply(f, (ATOM, "before = -2;"))))
-    print(f"builds {time.time() - t0:.0f} s", flush=True)
+def anchor_ab(exts, rounds, cooldown, check=None):
+    """Forward+backward TFLOP/s at the anchor shape of the builds in exts ("head": main's ops, the
+    others fused_bwd), rotated round by round; check(step) runs first when given."""
     names = list(exts)
     b, hq, hkv, s, d = B.ATTN_SHAPES["anchor"]
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -69,10 +62,11 @@ def main():
         build._EXTENSION = exts[n]
         out, lse = ops.tk_attn_fwd(q, k, v, True)
         if n == "head":
-            ops.tk_attn_bwd(do, q, k, v, out, lse, True, None)
-        else:
-            fused_bwd(exts[n], do, q, k, v, out, lse)
+            return ops.tk_attn_bwd(do, q, k, v, out, lse, True, None)
+        return fused_bwd(exts[n], do, q, k, v, out, lse)
 
+    if check is not None:
+        check(step)
     both = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
@@ -83,6 +77,19 @@ def main():
     for n in names:
         x = both[n]
         print(f"| {n} | {', '.join(f'{v:.0f}' for v in x)} | {sorted(x)[len(x) // 2]:.0f} |", flush=True)
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
+    t0 = time.time()
+    exts = {"head": build.extension()}
+    exts["fused"] = ab.load("titankit_tk_fused", ab.sources(lambda f: apply(f)))
+    exts["no consumer fence"] = ab.load("titankit_tk_nofence", ab.sources(lambda f: apply(
+        f, ("red.release.cta.shared::cta.add.u32", "red.relaxed.cta.shared::cta.add.u32"))))
+    exts["no counting"] = ab.load("titankit_tk_nocount", ab.sources(lambda f: apply(f, (ATOM, "before = -2;"))))
+    print(f"builds {time.time() - t0:.0f} s", flush=True)
+    anchor_ab(exts, rounds, cooldown)
 
 
 if __name__ == "__main__":
