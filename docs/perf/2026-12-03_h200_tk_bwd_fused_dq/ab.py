@@ -22,39 +22,32 @@ from kernels.thunderkittens import build, ops
 
 HERE = Path(__file__).resolve().parent
 PATCH = HERE / "fused_dq.patch"
+sys.path.insert(0, str(HERE.parent / "2026-12-02_h200_tk_smem_allocator"))
+import alloc_ab  # noqa: E402  (edited_extension: a build from edited copies of the sources)
 
 
-def sources(edit):
-    """A temporary copy of the kernel sources, passed through edit(folder)."""
-    tmp = Path(tempfile.mkdtemp(prefix="tk_src_"))
-    for f in build.SRC_DIR.iterdir():
-        if f.suffix in (".cu", ".cuh", ".h", ".cpp"):
-            (tmp / f.name).write_text(f.read_text())
-    edit(tmp)
-    return tmp
+def patched(file_name, text, reverse=False):
+    """One kernel source file's text with its part of fused_dq.patch applied (reverse: undone)."""
+    for chunk in PATCH.read_text().split("diff --git ")[1:]:
+        if chunk.startswith(f"a/kernels/thunderkittens/{file_name} "):
+            with tempfile.TemporaryDirectory() as tmp:
+                f = Path(tmp) / file_name
+                f.write_text(text)
+                subprocess.run(["patch", *(["-R"] if reverse else []), str(f)], input="diff --git " + chunk,
+                               text=True, check=True, capture_output=True)
+                return f.read_text()
+    return text
 
 
-def load(name, folder):
-    from torch.utils import cpp_extension
-
-    flags = [x for x in build.nvcc_flags(build.tk_root()) if x != f"-I{build.SRC_DIR}"] + [f"-I{folder}"]
-    return cpp_extension.load(name=name, sources=[str(folder / s) for s in build.SOURCES],
-                              extra_cflags=build.CXX_FLAGS, extra_cuda_cflags=flags,
-                              extra_ldflags=build.ld_flags())
+def unpatch(file_name, text):
+    """The kernel sources back to main's (the tree holds fused_dq.patch)."""
+    return patched(file_name, text, reverse=True)
 
 
-def unpatch(folder):
-    """The kernel sources of fused_dq.patch (not ops.py) back to main's."""
-    chunks = PATCH.read_text().split("diff --git ")
-    text = "".join("diff --git " + c for c in chunks[1:] if not c.startswith("a/kernels/thunderkittens/ops.py"))
-    text = text.replace("a/kernels/thunderkittens/", "a/").replace("b/kernels/thunderkittens/", "b/")
-    subprocess.run(["patch", "-R", "-p1", "-d", str(folder)], input=text, text=True, check=True,
-                   capture_output=True)
-
-
-def add_discard(folder):
-    f = folder / "attention_bwd_sm90.cu"
-    text = f.read_text()
+def add_discard(file_name, text):
+    """The tree's sources with the converted block's L2 lines discarded after each conversion."""
+    if file_name != "attention_bwd_sm90.cu":
+        return text
     old = ("            *reinterpret_cast<bf16_2*>(at + 8 * stride) = __floats2bfloat162_rn(v.z * scale, v.w * scale);\n"
            "        }\n    }\n}\n")
     assert text.count(old) == 1
@@ -62,7 +55,7 @@ def add_discard(folder):
                       "    for (int l = lane; l < bwd_cfg<D>::DQ_BLOCK * 4 / 128; l += 32) {\n"
                       "        asm volatile(\"discard.global.L2 [%0], 128;\\n\" ::\"l\"(reinterpret_cast<const char*>(blk) + 128 * l) : \"memory\");\n"
                       "    }\n}\n")
-    f.write_text(text.replace(old, new))
+    return text.replace(old, new)
 
 
 def buffers(ext, q, k):
@@ -104,8 +97,8 @@ def main():
     cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     t0 = time.time()
     exts = {"tree": build.extension()}
-    exts["head"] = load("titankit_tk_head", sources(unpatch))
-    exts["discard"] = load("titankit_tk_discard", sources(add_discard))
+    exts["head"] = alloc_ab.edited_extension("titankit_tk_head", unpatch)
+    exts["discard"] = alloc_ab.edited_extension("titankit_tk_discard", add_discard)
     print(f"builds {time.time() - t0:.0f} s", flush=True)
     names = list(exts)
     run = {n: runner(n, exts[n]) for n in names}

@@ -8,7 +8,6 @@ builds rotated round by round, `cooldown` s idle before each measurement.
 
   python3 docs/perf/2026-12-03_h200_tk_bwd_fused_dq/ab2.py [rounds] [cooldown]
 """
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ab  # noqa: E402  (sources, load, PATCH)
+import ab  # noqa: E402  (patched, buffers, alloc_ab)
 from kernels.thunderkittens import bench as B  # noqa: E402
 from kernels.thunderkittens import build, ops  # noqa: E402
 
@@ -26,17 +25,17 @@ ATOM = ('asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\\n"\n'
         '                                         : "memory");')
 
 
-def apply(folder, *edits):
-    chunks = ab.PATCH.read_text().split("diff --git ")
-    text = "".join("diff --git " + c for c in chunks[1:] if not c.startswith("a/kernels/thunderkittens/ops.py"))
-    text = text.replace("a/kernels/thunderkittens/", "a/").replace("b/kernels/thunderkittens/", "b/")
-    subprocess.run(["patch", "-p1", "-d", str(folder)], input=text, text=True, check=True, capture_output=True)
-    f = folder / "attention_bwd_sm90.cu"
-    src = f.read_text()
-    for old, new in edits:
-        assert src.count(old) == 1, old
-        src = src.replace(old, new)
-    f.write_text(src)
+def fused(*edits):
+    """Source edit for alloc_ab.edited_extension: fused_dq.patch on main's sources (not ops.py),
+    then the (old, new) text edits of attention_bwd_sm90.cu."""
+    def edit(file_name, text):
+        text = ab.patched(file_name, text)
+        for old, new in edits if file_name == "attention_bwd_sm90.cu" else ():
+            assert text.count(old) == 1, old
+            text = text.replace(old, new)
+        return text
+
+    return edit
 
 
 def fused_bwd(ext, dout, q, k, v, out, lse):
@@ -84,10 +83,10 @@ def main():
     cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     t0 = time.time()
     exts = {"head": build.extension()}
-    exts["fused"] = ab.load("titankit_tk_fused", ab.sources(lambda f: apply(f)))
-    exts["no consumer fence"] = ab.load("titankit_tk_nofence", ab.sources(lambda f: apply(
-        f, ("red.release.cta.shared::cta.add.u32", "red.relaxed.cta.shared::cta.add.u32"))))
-    exts["no counting"] = ab.load("titankit_tk_nocount", ab.sources(lambda f: apply(f, (ATOM, "before = -2;"))))
+    exts["fused"] = ab.alloc_ab.edited_extension("titankit_tk_fused", fused())
+    exts["no consumer fence"] = ab.alloc_ab.edited_extension("titankit_tk_nofence", fused(
+        ("red.release.cta.shared::cta.add.u32", "red.relaxed.cta.shared::cta.add.u32")))
+    exts["no counting"] = ab.alloc_ab.edited_extension("titankit_tk_nocount", fused((ATOM, "before = -2;")))
     print(f"builds {time.time() - t0:.0f} s", flush=True)
     anchor_ab(exts, rounds, cooldown)
 

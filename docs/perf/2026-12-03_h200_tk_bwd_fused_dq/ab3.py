@@ -26,10 +26,10 @@ def main():
     cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     t0 = time.time()
     exts = {"head": build.extension()}
-    exts["release"] = ab.load("titankit_tk_release", ab.sources(
-        lambda f: ab2.apply(f, (ACQ_REL, "atom.release.gpu.global.add.s32"))))
-    exts["relaxed"] = ab.load("titankit_tk_relaxed", ab.sources(
-        lambda f: ab2.apply(f, (ACQ_REL, "atom.relaxed.gpu.global.add.s32"))))
+    exts["release"] = ab.alloc_ab.edited_extension(
+        "titankit_tk_release", ab2.fused((ACQ_REL, "atom.release.gpu.global.add.s32")))
+    exts["relaxed"] = ab.alloc_ab.edited_extension(
+        "titankit_tk_relaxed", ab2.fused((ACQ_REL, "atom.relaxed.gpu.global.add.s32")))
     print(f"builds {time.time() - t0:.0f} s", flush=True)
 
     def check(step):
