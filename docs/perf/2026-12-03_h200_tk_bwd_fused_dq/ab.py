@@ -26,9 +26,9 @@ sys.path.insert(0, str(HERE.parent / "2026-12-02_h200_tk_smem_allocator"))
 import alloc_ab  # noqa: E402  (edited_extension: a build from edited copies of the sources)
 
 
-def patched(file_name, text, reverse=False):
-    """One kernel source file's text with its part of fused_dq.patch applied (reverse: undone)."""
-    for chunk in PATCH.read_text().split("diff --git ")[1:]:
+def patched(file_name, text, reverse=False, patch=PATCH):
+    """One kernel source file's text with its part of `patch` (fused_dq.patch) applied (reverse: undone)."""
+    for chunk in patch.read_text().split("diff --git ")[1:]:
         if chunk.startswith(f"a/kernels/thunderkittens/{file_name} "):
             with tempfile.TemporaryDirectory() as tmp:
                 f = Path(tmp) / file_name
