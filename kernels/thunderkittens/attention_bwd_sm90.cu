@@ -181,6 +181,40 @@ struct bwd_unit {
     }
 };
 
+// A unit's tiles in iteration order, tile(j) for j = 0, 1, ... by additions. tile()'s integer
+// divisions (a reciprocal, conversions and fix-ups: about 30 instructions each, two per consumer
+// iteration) sat in the stretch between one iteration's last wgmma and the next one's first. Alone
+// this measured level; with the loop's descriptors built once (below) the two gave forward+backward
+// +2.3% at the ANCHORS shape, where the descriptors alone were 1% slower (docs/benchmarks.md 4zc).
+struct tile_walker {
+    int2 at;    // (query head, query tile) of the current iteration
+    int k;      // heads_inner: heads done in this step; else tiles done of this head
+    int h_end;  // heads_inner: one past the last head of the CTA
+    int h_rot;  // heads_inner: the first head of every step
+    bwd_unit un;
+    int h0, heads;
+
+    __device__ tile_walker(const bwd_unit& u, int h0_, int heads_, int n_qt)
+        : at(u.tile(0, h0_, heads_, n_qt)), k(0), h_end(h0_ + heads_), h_rot(at.x), un(u), h0(h0_),
+          heads(heads_) {}
+
+    __device__ void next() {
+        if (!un.heads_inner) {
+            if (++k == un.per_head) {
+                k = 0;
+                at = {at.x + 1, un.qt_first};
+            } else {
+                at.y++;
+            }
+        } else if (++k == heads) {
+            k = 0;
+            at = {h_rot, at.y + (un.desc ? -1 : 1)};
+        } else {
+            at.x = at.x + 1 == h_end ? h0 : at.x + 1;
+        }
+    }
+};
+
 __host__ __device__ inline bool bwd_paired(bool causal, bool det, int split) {
     return causal && !det && split == 1;
 }
@@ -370,7 +404,6 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     const int n_kvb = key_blocks(g.skv);
     const int n_units = paired && n_kvb - 1 - cta.z > cta.z ? 2 : 1;
     auto unit = [&](int u) { return make_unit<CAUSAL, DET>(cta.z, u, paired, g.skv, n_qt, heads); };
-    auto tile_of = [&](const bwd_unit& un, int j) { return un.tile(j, h0, heads, n_qt); };
 
     if (wg == BWD_CONSUMERS) {  // producer
         warpgroup::decrease_registers<24>();
@@ -383,9 +416,10 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
                     load_seq_tile(k_s[c], g.k, b, un.kvb * BWD_CONSUMERS + c, hkv, kv_full);
                     load_seq_tile(v_s[c], g.v, b, un.kvb * BWD_CONSUMERS + c, hkv, kv_full);
                 }
-                for (int j = 0; j < un.iters(heads); j++) {
+                tile_walker w(un, h0, heads, n_qt);
+                for (int j = 0; j < un.iters(heads); j++, w.next()) {
                     const int it = base + j, s = it % BWD_STAGES;
-                    const auto [h, qt] = tile_of(un, j);
+                    const auto [h, qt] = w.at;
                     if (it >= BWD_STAGES) wait(qo_free[s], ((it / BWD_STAGES) - 1) & 1);
                     tma::expect_bytes(qo_full[s], 2 * sizeof(q_tile) + 2 * sizeof(vec));
                     load_seq_tile(q_s[s], g.q, b, qt, h, qo_full[s]);
@@ -404,8 +438,9 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             const uint32_t stage = static_cast<uint32_t>(__cvta_generic_to_shared(&dq_s[c]));
             const bwd_unit un = unit(0);  // deterministic mode: one unit per CTA
             const int kvb = un.kvb;
-            for (int it = 0; it < un.iters(heads); it++) {
-                const auto [h, qt] = tile_of(un, it);
+            tile_walker w(un, h0, heads, n_qt);
+            for (int it = 0; it < un.iters(heads); it++, w.next()) {
+                const auto [h, qt] = w.at;
                 const size_t blk = dq_block<D>(b, h, qt, C::SPLIT_DQ ? c : 0, g.hq, n_qt);
                 int* const lock = g.locks + 1 + blk / C::DQ_BLOCK;
                 wait(dq_staged[c], it & 1);
@@ -494,6 +529,36 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         }
     };
 
+    // The wgmma descriptors of the loop's shared tiles, built once. TK builds a descriptor from the
+    // tile's address at every call, and nvcc recomputed those addresses (the allocator's alignment
+    // chain, about 50 dependent uniform-datapath instructions) between each stage's wait and its
+    // first wgmma. A clock() trace put a quarter of the iteration in stretches with neither
+    // consumer's wgmmas in flight, most of them with one consumer there (docs/benchmarks.md 4zc).
+    static_assert(BWD_STAGES == 2, "one descriptor per stage below");
+    using kdesc = st_descriptor<kv_tile, 0>;    // K-major operands: S^T = K Q^T, dP^T = V dO^T
+    using qdesc = st_descriptor<q_tile, 0>;
+    using qdesc_t = st_descriptor<q_tile, 1>;   // MN-major: dV += P^T dO, dK += dS^T Q
+    // (An empty asm makes each value opaque, so nvcc keeps it instead of rebuilding it in the loop.)
+    auto keep = [](auto d) {
+        asm volatile("" : "+l"(d.base_desc));
+        return d;
+    };
+    const kdesc k_d = keep(kdesc(k_s[wg])), v_d = keep(kdesc(v_s[wg]));
+    const qdesc q_d0 = keep(qdesc(q_s[0])), q_d1 = keep(qdesc(q_s[1]));
+    const qdesc do_d0 = keep(qdesc(do_s[0])), do_d1 = keep(qdesc(do_s[1]));
+    const qdesc_t q_t0 = keep(qdesc_t(q_s[0])), q_t1 = keep(qdesc_t(q_s[1]));
+    const qdesc_t do_t0 = keep(qdesc_t(do_s[0])), do_t1 = keep(qdesc_t(do_s[1]));
+    // The same for the lse2 / delta stages' addresses (the allocator's last tiles: the longest
+    // chain). Deterministic mode keeps TK's addressing: these four pointers spill there (8 bytes).
+    auto keep_ptr = [](vec* v) {
+        asm volatile("" : "+l"(v));
+        return v;
+    };
+    vec* const lse_p0 = keep_ptr(&lse_s[0]);
+    vec* const lse_p1 = keep_ptr(&lse_s[1]);
+    vec* const delta_p0 = keep_ptr(&delta_s[0]);
+    vec* const delta_p1 = keep_ptr(&delta_s[1]);
+
     rt_fl<16, D> dk, dv;
     for (int u = 0, base = 0; u < n_units; u++) {  // base: the ring's iteration count
         const bwd_unit un = unit(u);
@@ -504,19 +569,21 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         warp::zero(dv);
         wait(kv_full, u & 1);
 
-        for (int ui = 0; ui < un.iters(heads); ui++) {
+        tile_walker w(un, h0, heads, n_qt);
+        int2 prev = w.at;  // the tile of iteration ui - 1
+        for (int ui = 0; ui < un.iters(heads); ui++, prev = w.at, w.next()) {
             const int it = base + ui, s = it % BWD_STAGES, buf = it % 2;
-            const int q0 = tile_of(un, ui).y * BWD_Q;
+            const int q0 = w.at.y * BWD_Q;
             wait(qo_full[s], (it / BWD_STAGES) & 1);
 
             rt_fl<16, BWD_Q> st, dpt;  // S^T and dP^T: this warp's 16 keys x 64 queries
             detail::wgmma_fence(st);
             detail::wgmma_fence(dpt);
-            warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kv_tile, q_tile, 0, 0>(st, k_s[wg], q_s[s]);
-            warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kv_tile, q_tile, 0, 0>(dpt, v_s[wg], do_s[s]);
+            warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kdesc, qdesc, 0, 0>(st, k_d, s ? q_d1 : q_d0);
+            warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kdesc, qdesc, 0, 0>(dpt, v_d, s ? do_d1 : do_d0);
             typename rt_fl<16, BWD_Q>::row_vec lse2, delta;  // per query (column)
-            load_cols(lse2, lse_s[s]);
-            load_cols(delta, delta_s[s]);
+            load_cols(lse2, DET ? lse_s[s] : *(s ? lse_p1 : lse_p0));
+            load_cols(delta, DET ? delta_s[s] : *(s ? delta_p1 : delta_p0));
             warpgroup::mma_async_wait();
 
             // P^T = exp2(S^T * scale * log2e - lse2): padded queries have lse2 = +inf -> 0.
@@ -553,8 +620,9 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
                 detail::wgmma_fence(dv);
                 detail::wgmma_fence(dk);
                 using acc = rt_fl<16, D>;
-                warpgroup::mma_AB<acc, rt_bf<16, BWD_Q>, q_tile, 0, 1>(dv, p_bf, do_s[s]);  // dV += P^T dO
-                warpgroup::mma_AB<acc, rt_bf<16, BWD_Q>, q_tile, 0, 1>(dk, ds_bf, q_s[s]);  // dK += dS^T Q
+                using pt = rt_bf<16, BWD_Q>;
+                warpgroup::mma_AB<acc, pt, qdesc_t, 0, 1>(dv, p_bf, s ? do_t1 : do_t0);  // dV += P^T dO
+                warpgroup::mma_AB<acc, pt, qdesc_t, 0, 1>(dk, ds_bf, s ? q_t1 : q_t0);   // dK += dS^T Q
             };
 
             // dS^T into its buffer once both consumers' dQ wgmmas of iteration it - 2 read it.
@@ -566,7 +634,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             // The previous iteration's dQ, added while this iteration's dV and dK wgmmas run
             // (registers: dQ, P^T, dS^T, dK, dV).
             if (ui >= 1) {
-                dq_step(it - 1, tile_of(un, ui - 1), dv_dk, std::integral_constant<int, 2>{});
+                dq_step(it - 1, prev, dv_dk, std::integral_constant<int, 2>{});
             } else {
                 dv_dk();
             }
@@ -575,7 +643,7 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
         }
         const int iters = un.iters(heads), last = base + iters - 1;
         if (iters > 0) {
-            dq_step(last, tile_of(un, iters - 1), [] {}, std::integral_constant<int, 0>{});
+            dq_step(last, prev, [] {}, std::integral_constant<int, 0>{});
         }
         // Deterministic mode: the staging block (reused for dK / dV below) once the last dQ was
         // read.
