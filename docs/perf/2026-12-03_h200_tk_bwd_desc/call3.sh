@@ -1,0 +1,10 @@
+# Main after the change (7185e20): 4u's short loss check, SDPA against TK attention (2 layers, eager, 20 steps).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=$PWD THUNDERKITTENS_ROOT=$PWD/.tk PYTHONUNBUFFERED=1
+{ date -u; git log -1 --format='%H %s'; git status --short; } > $OUT/call3_date.txt
+T0=$SECONDS
+timeout 100 python3 -m kernels.thunderkittens.build > $OUT/call3_build.txt 2>&1; echo "build rc $? at $((SECONDS-T0)) s"
+timeout $((300-SECONDS+T0)) python3 scripts/compare_losses.py --config configs/llama3_8b.toml --steps 20 --ngpu 1 \
+    --common="--model.overrides.n_layers=2 --lr_scheduler.warmup_steps=100 --compile.enable=false" \
+    --a=--model.attention=sdpa --b=--model.attention=thunderkittens --out $OUT/call3_losses.md > $OUT/call3_compare.txt 2>&1; echo "compare rc $? at $((SECONDS-T0)) s"
+tail -4 $OUT/call3_compare.txt
