@@ -533,7 +533,8 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
     // tile's address at every call, and nvcc recomputed those addresses (the allocator's alignment
     // chain, about 50 dependent uniform-datapath instructions) between each stage's wait and its
     // first wgmma. A clock() trace put a quarter of the iteration in stretches with neither
-    // consumer's wgmmas in flight, most of them with one consumer there (docs/benchmarks.md 4zc).
+    // consumer's wgmmas in flight, most of them while one consumer was between its last wgmma of
+    // an iteration and its first of the next (docs/benchmarks.md 4zc).
     static_assert(BWD_STAGES == 2, "one descriptor per stage below");
     using kdesc = st_descriptor<kv_tile, 0>;    // K-major operands: S^T = K Q^T, dP^T = V dO^T
     using qdesc = st_descriptor<q_tile, 0>;
