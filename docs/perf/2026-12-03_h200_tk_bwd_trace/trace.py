@@ -8,8 +8,8 @@ wgmmas are in flight at once.
 
   python3 docs/perf/2026-12-03_h200_tk_bwd_trace/trace.py OUT_DIR [PATCH]
 
-PATCH (default trace.patch) names the patch in this folder: trace_walker.patch is the same stamps
-on the tile walk of 4zb (walker.patch), whose consumer loop has no integer divisions.
+PATCH (default trace.patch) names the patch in this folder: trace_on_desc_walker.patch is the same
+stamps for a tree that holds ../2026-12-03_h200_tk_bwd_desc/desc_walker.patch.
 """
 import os
 import sys
