@@ -52,6 +52,11 @@ CASES = [  # b, sq, skv, hq, hkv, d, causal
     pytest.param(1, 1000, 1000, 8, 2, 64, True, id="S1000-d64"),
     pytest.param(1, 777, 1000, 8, 2, 128, False, id="full-sq777-skv1000"),
     pytest.param(2, 2048, 2048, 8, 8, 128, False, id="full-mha"),
+    # More (head, batch, query block) tiles than an H200 has SMs, so each CTA of the persistent
+    # forward runs several; the last query block leaves its second warpgroup without rows.
+    pytest.param(1, 2100, 2100, 16, 2, 128, True, id="persistent-S2100-idle-warpgroup"),
+    pytest.param(2, 2100, 2100, 8, 2, 64, True, id="persistent-S2100-d64"),
+    pytest.param(1, 1960, 2500, 16, 4, 128, False, id="persistent-full-sq1960-skv2500"),
 ]
 
 
