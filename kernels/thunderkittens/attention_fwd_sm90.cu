@@ -373,7 +373,7 @@ void attn_fwd(const void* q, const void* k, const void* v, void* o, float* lse, 
     detail::require(hq % hkv == 0, "attention: Hq must be a multiple of Hkv");
     detail::require(!causal || sq == skv, "attention: causal needs Sq == Skv");
     detail::require((long)hq * b * ((sq + attn::Q_BLOCK - 1) / attn::Q_BLOCK) < (1L << 30),
-                    "attention: too many (head, batch, query block) tiles for int indices");
+                    "attention: Hq x B x ceil(Sq / 128) query tiles must stay below 2^30 (int indices)");
     if (d == 128) attn::run_fwd<128>(q, k, v, o, lse, b, sq, skv, hq, hkv, causal, stream);
     else if (d == 64) attn::run_fwd<64>(q, k, v, o, lse, b, sq, skv, hq, hkv, causal, stream);
     else detail::require(false, "attention: head dim must be 64 or 128");
