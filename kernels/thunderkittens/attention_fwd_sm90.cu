@@ -343,7 +343,7 @@ __global__ __launch_bounds__(FWD_THREADS, 1) void fwd_kernel(const __grid_consta
 }
 
 template <int D, bool CAUSAL>
-void launch_fwd(const fwd_globals<D>& g, int b, cudaStream_t stream) {
+void launch_fwd(const fwd_globals<D>& g, cudaStream_t stream) {
     using C = fwd_cfg<D>;
     const long tiles = (long)g.hq * g.batch * g.n_qblocks;  // one CTA per SM (shared memory)
     const int grid = (int)std::min<long>(tiles, detail::num_sms());
@@ -361,8 +361,8 @@ void run_fwd(const void* q, const void* k, const void* v, void* o, float* lse, i
                      make_bshd<typename C::kv_gl>(k, b, skv, hkv, D),
                      make_bshd<typename C::kv_gl>(v, b, skv, hkv, D),
                      lse, sq, skv, hq, hq / hkv, b, (sq + Q_BLOCK - 1) / Q_BLOCK};
-    if (causal) launch_fwd<D, true>(g, b, stream);
-    else launch_fwd<D, false>(g, b, stream);
+    if (causal) launch_fwd<D, true>(g, stream);
+    else launch_fwd<D, false>(g, stream);
 }
 
 }  // namespace attn
