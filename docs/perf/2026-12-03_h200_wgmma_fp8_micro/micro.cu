@@ -1,0 +1,216 @@
+// FP8 wgmma rate per SM clock on Hopper, with and without concurrent TMA fills (docs/benchmarks.md
+// section 5h). One CTA per SM, two consumer warpgroups issuing wgmmas from fixed shared tiles for
+// `iters` K slices of 128 (4 k32 steps each; the same 4.2 MFLOP per warpgroup and slice in every
+// mode):
+//   mode 0  m64n256k32, one 64 x 256 accumulator per warpgroup (the committed GEMM's mainloop)
+//   mode 1  two m64n128k32 on the same A and the two halves of B (section 5b's N = 128 split)
+//   mode 2  two m64n128k32 on two A tiles and one 128-wide B (the 256 x 128 tiles of section 5g)
+// fill: a producer thread TMA-loads 48 KB per slice (the GEMM's ring stage: two 64 x 128 A tiles,
+// one 256 x 128 B tile) from 6 MB of an operand (L2-resident) into a 2-stage ring nobody reads,
+// at most one slice ahead of the consumers: shared memory takes the GEMM's fill traffic beside
+// the wgmmas (fill 1). fill 2 couples them as in the GEMM: a 3-stage ring, the consumers wait for
+// slice i's stage to land before issuing slice i's wgmmas (on the fixed tiles) and free it at
+// once; the producer refills a stage when both consumers freed it.
+// Cycles per slice come from clock64 on each CTA, so the rate per clock is independent of the
+// (power-limited) SM clock; TFLOP/s from CUDA events.
+//   nvcc $FLAGS -o micro micro.cu ../../../kernels/thunderkittens/driver_shim.cpp -ldl && ./micro
+#include <cstdio>
+#include <vector>
+#include <algorithm>
+#include <string>
+
+#include "kittens.cuh"
+
+using namespace kittens;
+
+constexpr int BK = 128;
+using a_tile = st_fp8e4m3<64, BK>;
+using b_tile = st_fp8e4m3<256, BK>;
+using bh_tile = st_fp8e4m3<128, BK>;
+using a_gl = gl<fp8e4m3, 1, 1, -1, -1, a_tile>;
+using b_gl = gl<fp8e4m3, 1, 1, -1, -1, b_tile>;
+
+struct globals {
+    a_gl a;
+    b_gl b;
+    int iters;
+    long long* cycles;       // per CTA: the consumers' loop
+    long long* fill_cycles;  // per CTA: the producer's loop, fills landed
+    float* sink;
+};
+
+constexpr int RING = 3;
+constexpr int SMEM = 4 * sizeof(a_tile) + sizeof(b_tile) + RING * (2 * sizeof(a_tile) + sizeof(b_tile)) + 1024;
+
+template <int MODE, int FILL>
+__global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals g) {
+    extern __shared__ alignment_dummy smem[];
+    tma_swizzle_allocator al((int*)&smem[0]);
+    a_tile(&a_s)[4] = al.allocate<a_tile, 4>();
+    b_tile& b_s = al.allocate<b_tile>();
+    a_tile(&fa)[RING][2] = al.allocate<a_tile, RING, 2>();
+    b_tile(&fb)[RING] = al.allocate<b_tile, RING>();
+    __shared__ semaphore filled[RING], freed[RING];
+    __shared__ volatile int progress;  // slices issued by consumer 0
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < RING; i++) {
+            init_semaphore(filled[i], 0, 1);
+            init_semaphore(freed[i], 8, 0);  // one arrival per consumer warp
+        }
+        progress = 0;
+    }
+    __syncthreads();
+    if (wg == 2) {
+        warpgroup::decrease_registers<40>();
+        if (FILL && warpgroup::laneid() == 0) {
+            const int rows_a = g.a.rows() / 64, rows_b = g.b.rows() / 256, cols = g.a.cols() / BK;
+            const long long p0 = clock64();
+            for (int i = 0; i < g.iters; i++) {
+                const int s = FILL == 1 ? i % 2 : i % RING;
+                if (FILL == 1) {
+                    if (i >= 2) wait(filled[s], ((i - 2) / 2) & 1);  // the stage's last fill landed
+                    while (progress < i - 1) {}                       // at most one slice ahead
+                } else {
+                    wait(freed[s], ((i / RING) & 1) ^ 1);  // fresh barrier: passes at once
+                }
+                // L2-resident like the GEMM's panels: 8 B tiles x 16 K slices (4 MB), A in 2 MB.
+                const int r = (blockIdx.x * 7 + i) % min(rows_b, 8), c = (blockIdx.x + i) % min(cols, 16);
+                tma::expect_bytes(filled[s], 2 * sizeof(a_tile) + sizeof(b_tile));
+                tma::load_async(fa[s][0], g.a, {(2 * r) % rows_a, c}, filled[s]);
+                tma::load_async(fa[s][1], g.a, {(2 * r + 1) % rows_a, c}, filled[s]);
+                tma::load_async(fb[s], g.b, {r, c}, filled[s]);
+            }
+            if (FILL == 1) {
+                for (int i = max(g.iters - 2, 0); i < g.iters; i++) wait(filled[i % 2], (i / 2) & 1);
+            } else {
+                for (int i = max(g.iters - RING, 0); i < g.iters; i++) wait(freed[i % RING], (i / RING) & 1);
+            }
+            g.fill_cycles[blockIdx.x] = clock64() - p0;
+        }
+        return;
+    }
+    warpgroup::increase_registers<232>();
+    auto& bh = reinterpret_cast<bh_tile(&)[2]>(b_s);
+    long long t0 = 0;
+    float keep = 0.f;
+    if constexpr (MODE == 0) {
+        rt_fl<16, 256> acc;
+        warpgroup::mm_ABt(acc, a_s[wg], b_s);
+        warpgroup::mma_async_wait<0>();
+        t0 = clock64();
+        for (int i = 0; i < g.iters; i++) {
+            if (FILL == 2) {
+                wait(filled[i % RING], (i / RING) & 1);
+                warp::arrive(freed[i % RING]);
+            }
+            warpgroup::mma_ABt(acc, a_s[wg], b_s);
+            warpgroup::mma_async_wait<1>();
+            if (wg == 0 && threadIdx.x == 0) progress = i;
+        }
+        warpgroup::mma_async_wait<0>();
+        keep = acc.tiles[0][0].data[0].x;
+    } else {
+        rt_fl<16, 128> x, y;
+        warpgroup::mm_ABt(x, a_s[MODE == 1 ? wg : 2 * wg], MODE == 1 ? bh[0] : bh[0]);
+        warpgroup::mm_ABt(y, a_s[MODE == 1 ? wg : 2 * wg + 1], MODE == 1 ? bh[1] : bh[0]);
+        warpgroup::mma_async_wait<0>();
+        t0 = clock64();
+        for (int i = 0; i < g.iters; i++) {
+            if (FILL == 2) {
+                wait(filled[i % RING], (i / RING) & 1);
+                warp::arrive(freed[i % RING]);
+            }
+            if constexpr (MODE == 1) {
+                warpgroup::mma_ABt(x, a_s[wg], bh[0]);
+                warpgroup::mma_ABt(y, a_s[wg], bh[1]);
+            } else {
+                warpgroup::mma_ABt(x, a_s[2 * wg], bh[0]);
+                warpgroup::mma_ABt(y, a_s[2 * wg + 1], bh[0]);
+            }
+            warpgroup::mma_async_wait<2>();
+            if (wg == 0 && threadIdx.x == 0) progress = i;
+        }
+        warpgroup::mma_async_wait<0>();
+        keep = x.tiles[0][0].data[0].x + y.tiles[0][0].data[0].x;
+    }
+    const long long t1 = clock64();
+    if (threadIdx.x == 0) g.cycles[blockIdx.x] = t1 - t0;
+    if (keep == 1234.5f) g.sink[threadIdx.x] = keep;  // never true; keeps the results live
+    if (wg == 0 && threadIdx.x == 0) progress = g.iters;
+}
+
+template <int MODE, int FILL>
+void run(const globals& g0, int sms, int iters, const char* name) {
+    globals g = g0;
+    g.iters = iters;
+    auto k = micro<MODE, FILL>;
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<float> ms;
+    std::vector<double> per_clk, pace;
+    for (int rep = 0; rep < 6; rep++) {
+        cudaEventRecord(e0);
+        k<<<sms, 384, SMEM>>>(g);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float t;
+        cudaEventElapsedTime(&t, e0, e1);
+        std::vector<long long> cyc(sms);
+        cudaMemcpy(cyc.data(), g.cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
+        std::sort(cyc.begin(), cyc.end());
+        const double flops_cta = 4.0 * 64 * 256 * BK * iters;  // 2 warpgroups x 2 x 64 x 256 x 128 per slice
+        std::vector<long long> fcyc(sms);
+        cudaMemcpy(fcyc.data(), g.fill_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
+        std::sort(fcyc.begin(), fcyc.end());
+        if (rep >= 1) {
+            ms.push_back(t);
+            per_clk.push_back(flops_cta / cyc[sms / 2]);
+            pace.push_back((double)fcyc[sms / 2] / cyc[sms / 2]);
+        }
+    }
+    std::sort(ms.begin(), ms.end());
+    std::sort(per_clk.begin(), per_clk.end());
+    std::sort(pace.begin(), pace.end());
+    const double tflops = 2.0 * 2 * 64 * 256 * BK * (double)iters * sms / (ms[ms.size() / 2] * 1e-3) / 1e12;
+    const double fpc = per_clk[per_clk.size() / 2];
+    const char* fill = FILL == 0 ? "none" : FILL == 1 ? "uncoupled" : "coupled, 3 stages";
+    printf("| %s | %s | %.0f | %.1f%% | %.0f | %.2f | %s |\n", name, fill, fpc, 100.0 * fpc / 8192,
+           tflops, tflops * 1e12 / (fpc * sms) / 1e9, FILL ? std::to_string(pace[pace.size() / 2]).substr(0, 4).c_str() : "");
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) printf("error %s\n", cudaGetErrorString(err));
+}
+
+int main() {
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    const size_t rows = 16384, cols = 16384;  // 256 MB operand for the fills
+    void* buf;
+    cudaMalloc(&buf, rows * cols);
+    cudaMemset(buf, 0x38, rows * cols);  // e4m3 1.0
+    long long *cycles, *fill_cycles;
+    float* sink;
+    cudaMalloc(&cycles, sms * sizeof(long long));
+    cudaMalloc(&fill_cycles, sms * sizeof(long long));
+    cudaMemset(fill_cycles, 0, sms * sizeof(long long));
+    cudaMalloc(&sink, 1024 * sizeof(float));
+    auto* p = reinterpret_cast<fp8e4m3*>(buf);
+    globals g{a_gl{p, nullptr, nullptr, rows, cols}, b_gl{p, nullptr, nullptr, rows, cols}, 0, cycles, fill_cycles, sink};
+    const int iters = 20000;  // ~10 ms per launch
+    printf("| wgmmas per warpgroup and k32 step | TMA fills | FLOP per SM clock | of 8192 | TFLOP/s | implied SM clock (GHz) | fill / wgmma cycles |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (int round = 0; round < 2; round++) {
+        run<0, 0>(g, sms, iters, "one m64n256k32");
+        run<1, 0>(g, sms, iters, "two m64n128k32, same A");
+        run<2, 0>(g, sms, iters, "two m64n128k32, same B");
+        run<0, 1>(g, sms, iters, "one m64n256k32");
+        run<1, 1>(g, sms, iters, "two m64n128k32, same A");
+        run<2, 1>(g, sms, iters, "two m64n128k32, same B");
+        run<0, 2>(g, sms, iters, "one m64n256k32");
+        run<1, 2>(g, sms, iters, "two m64n128k32, same A");
+        run<2, 2>(g, sms, iters, "two m64n128k32, same B");
+    }
+    return 0;
+}
