@@ -11,6 +11,9 @@
 // the wgmmas (fill 1). fill 2 couples them as in the GEMM: a 3-stage ring, the consumers wait for
 // slice i's stage to land before issuing slice i's wgmmas (on the fixed tiles) and free it at
 // once; the producer refills a stage when both consumers freed it.
+// The fixed tiles are loaded once from the operand, which holds random e4m3 bits (CONSTANT=1: all
+// 1.0). Calls 1 and 2 ran an earlier version: all-1.0 operands for the fills, and fixed tiles never
+// loaded (the wgmmas read whatever shared memory held).
 // Cycles per slice come from clock64 on each CTA, so the rate per clock is independent of the
 // (power-limited) SM clock; TFLOP/s from CUDA events.
 //   nvcc $FLAGS -o micro micro.cu ../../../kernels/thunderkittens/driver_shim.cpp -ldl && ./micro
@@ -18,6 +21,7 @@
 #include <vector>
 #include <algorithm>
 #include <string>
+#include <cstdlib>
 
 #include "kittens.cuh"
 
@@ -50,7 +54,7 @@ __global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals 
     b_tile& b_s = al.allocate<b_tile>();
     a_tile(&fa)[RING][2] = al.allocate<a_tile, RING, 2>();
     b_tile(&fb)[RING] = al.allocate<b_tile, RING>();
-    __shared__ semaphore filled[RING], freed[RING];
+    __shared__ semaphore filled[RING], freed[RING], operands;
     __shared__ volatile int progress;  // slices issued by consumer 0
     const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     if (threadIdx.x == 0) {
@@ -58,6 +62,13 @@ __global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals 
             init_semaphore(filled[i], 0, 1);
             init_semaphore(freed[i], 8, 0);  // one arrival per consumer warp
         }
+        init_semaphore(operands, 0, 1);
+        // The fixed tiles the wgmmas read, from the operand (random e4m3 unless CONSTANT).
+        tma::expect_bytes(operands, 4 * sizeof(a_tile) + sizeof(b_tile));
+        for (int i = 0; i < 4; i++) {
+            tma::load_async(a_s[i], g.a, {(int)(blockIdx.x * 4 + i) % (g.a.rows() / 64), 0}, operands);
+        }
+        tma::load_async(b_s, g.b, {(int)blockIdx.x % (g.b.rows() / 256), 1}, operands);
         progress = 0;
     }
     __syncthreads();
@@ -91,6 +102,7 @@ __global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals 
         return;
     }
     warpgroup::increase_registers<232>();
+    wait(operands, 0);
     auto& bh = reinterpret_cast<bh_tile(&)[2]>(b_s);
     long long t0 = 0;
     float keep = 0.f;
@@ -138,6 +150,20 @@ __global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals 
     if (threadIdx.x == 0) g.cycles[blockIdx.x] = t1 - t0;
     if (keep == 1234.5f) g.sink[threadIdx.x] = keep;  // never true; keeps the results live
     if (wg == 0 && threadIdx.x == 0) progress = g.iters;
+}
+
+__global__ void fill_random(uint32_t* p, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u + 12345u;
+        x ^= x >> 15; x *= 2246822519u; x ^= x >> 13; x *= 3266489917u; x ^= x >> 16;
+        uint32_t y = 0;
+        for (int b = 0; b < 4; b++) {
+            uint32_t v = (x >> (8 * b)) & 0xffu;
+            if ((v & 0x7fu) == 0x7fu) v -= 1;  // no NaN
+            y |= v << (8 * b);
+        }
+        p[i] = y;
+    }
 }
 
 template <int MODE, int FILL>
@@ -189,7 +215,12 @@ int main() {
     const size_t rows = 16384, cols = 16384;  // 256 MB operand for the fills
     void* buf;
     cudaMalloc(&buf, rows * cols);
-    cudaMemset(buf, 0x38, rows * cols);  // e4m3 1.0
+    // Random e4m3 bits (NaN codes 0x7f / 0xff replaced), or with CONSTANT=1 all 1.0 (0x38): the
+    // tensor cores' power, and so the clock under the cap, depends on how many bits toggle.
+    const char* constant = getenv("CONSTANT");
+    if (constant != nullptr && constant[0] == '1') cudaMemset(buf, 0x38, rows * cols);
+    else fill_random<<<4096, 256>>>(reinterpret_cast<uint32_t*>(buf), rows * cols / 4);
+    printf("operands: %s\n", constant != nullptr && constant[0] == '1' ? "constant e4m3 1.0" : "random e4m3");
     long long *cycles, *fill_cycles;
     float* sink;
     cudaMalloc(&cycles, sms * sizeof(long long));
