@@ -37,20 +37,17 @@ def med(x):
     return sorted(x)[len(x) // 2]
 
 
-if __name__ == "__main__":
+def args():
+    """rounds, cooldown, shape names from the command line."""
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     cooldown = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
     names = sys.argv[3].split(",") if len(sys.argv) > 3 else ["8192^3", "8B w1/w3", "70B w2", "8B wq"]
-    t0 = time.time()
-    head = main_text()
-    exts = {"overlap": build.extension(),
-            "main": alloc_ab.edited_extension("titankit_tk_gemm_main",
-                                              lambda f, t: head if f == GEMM else t),
-            "no overlap": alloc_ab.edited_extension(
-                "titankit_tk_gemm_noov",
-                lambda f, t: t.replace("constexpr bool OVERLAP = true;", "constexpr bool OVERLAP = false;")
-                if f == GEMM else t)}
-    print(f"builds {time.time() - t0:.0f} s", flush=True)
+    return rounds, cooldown, names
+
+
+def gemm_ab(exts, rounds, cooldown, names):
+    """Checks and do_bench rounds of every build in `exts` (one named "main") and `_scaled_mm` at
+    each shape in `names`, rowwise and tensorwise scales; prints one table row per build."""
     print("| GEMM | scales | impl | TFLOP/s by round | median | rel. error vs fp32 | max diff vs main |")
     print("|---|---|---|---|---|---|---|")
     for shape in names:
@@ -72,9 +69,8 @@ if __name__ == "__main__":
             del want
             fns = {e: (lambda e=e: (setattr(build, "_EXTENSION", exts[e]),
                                     ops.fp8_gemm_rowwise(qx, qw, sa, sb))) for e in exts}
-            fns["_scaled_mm"] = lambda: torch._scaled_mm(
-                qx, qw.t(), sa if sa.dim() else sa, sb if sb.dim() else sb,
-                out_dtype=torch.bfloat16, use_fast_accum=True)
+            fns["_scaled_mm"] = lambda: torch._scaled_mm(qx, qw.t(), sa, sb, out_dtype=torch.bfloat16,
+                                                         use_fast_accum=True)
             order = list(fns)
             tf = {e: [] for e in order}
             for r in range(rounds):
@@ -84,4 +80,19 @@ if __name__ == "__main__":
             for e in order:
                 print(f"| {shape} | {kind} | {e} | {', '.join(f'{v:.0f}' for v in tf[e])} | {med(tf[e]):.0f} | "
                       f"{checks.get(e, float('nan')):.2e} | {diffs.get(e, float('nan')):.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    rounds, cooldown, names = args()
+    t0 = time.time()
+    head = main_text()
+    exts = {"overlap": build.extension(),
+            "main": alloc_ab.edited_extension("titankit_tk_gemm_main",
+                                              lambda f, t: head if f == GEMM else t),
+            "no overlap": alloc_ab.edited_extension(
+                "titankit_tk_gemm_noov",
+                lambda f, t: t.replace("constexpr bool OVERLAP = true;", "constexpr bool OVERLAP = false;")
+                if f == GEMM else t)}
+    print(f"builds {time.time() - t0:.0f} s", flush=True)
+    gemm_ab(exts, rounds, cooldown, names)
     build._EXTENSION = exts["overlap"]
