@@ -82,17 +82,23 @@ def gemm_ab(exts, rounds, cooldown, names):
                       f"{checks.get(e, float('nan')):.2e} | {diffs.get(e, float('nan')):.1e} |", flush=True)
 
 
-if __name__ == "__main__":
+def run(tree, variants):
+    """Builds the tree's kernels (named `tree`), main's GEMM from `git show HEAD:` ("main") and each
+    variant (name -> (extension name, edit of the GEMM's text)), then gemm_ab on the command
+    line's arguments; leaves the tree's build installed."""
     rounds, cooldown, names = args()
     t0 = time.time()
     head = main_text()
-    exts = {"overlap": build.extension(),
+    exts = {tree: build.extension(),
             "main": alloc_ab.edited_extension("titankit_tk_gemm_main",
-                                              lambda f, t: head if f == GEMM else t),
-            "no overlap": alloc_ab.edited_extension(
-                "titankit_tk_gemm_noov",
-                lambda f, t: t.replace("constexpr bool OVERLAP = true;", "constexpr bool OVERLAP = false;")
-                if f == GEMM else t)}
+                                              lambda f, t: head if f == GEMM else t)}
+    for name, (ext_name, edit) in variants.items():
+        exts[name] = alloc_ab.edited_extension(ext_name, lambda f, t, edit=edit: edit(t) if f == GEMM else t)
     print(f"builds {time.time() - t0:.0f} s", flush=True)
     gemm_ab(exts, rounds, cooldown, names)
-    build._EXTENSION = exts["overlap"]
+    build._EXTENSION = exts[tree]
+
+
+if __name__ == "__main__":
+    run("overlap", {"no overlap": ("titankit_tk_gemm_noov", lambda t: t.replace(
+        "constexpr bool OVERLAP = true;", "constexpr bool OVERLAP = false;"))})

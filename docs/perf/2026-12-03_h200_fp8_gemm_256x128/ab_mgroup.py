@@ -4,17 +4,11 @@ with and without the overlap.
 
   python3 docs/perf/2026-12-03_h200_fp8_gemm_256x128/ab_mgroup.py [rounds] [cooldown] [shapes]
 """
-import time
-
-from kernels.thunderkittens import build
-
-from ab import GEMM, alloc_ab, args, gemm_ab, main_text  # this folder's ab.py (the script's directory)
+from ab import run  # this folder's ab.py (the script's directory)
 
 
 def variant(super_m, overlap):
-    def edit(f, t):
-        if f != GEMM:
-            return t
+    def edit(t):
         assert "constexpr int SUPER_M = 8;" in t and "constexpr bool OVERLAP = true;" in t
         t = t.replace("constexpr int SUPER_M = 8;", f"constexpr int SUPER_M = {super_m};")
         return t.replace("constexpr bool OVERLAP = true;", f"constexpr bool OVERLAP = {str(overlap).lower()};")
@@ -22,14 +16,5 @@ def variant(super_m, overlap):
 
 
 if __name__ == "__main__":
-    rounds, cooldown, names = args()
-    t0 = time.time()
-    head = main_text()
-    exts = {"overlap": build.extension(),
-            "main": alloc_ab.edited_extension("titankit_tk_gemm_main",
-                                              lambda f, t: head if f == GEMM else t),
-            "overlap, M group 16": alloc_ab.edited_extension("titankit_tk_gemm_ov16", variant(16, True)),
-            "no overlap, M group 16": alloc_ab.edited_extension("titankit_tk_gemm_noov16", variant(16, False))}
-    print(f"builds {time.time() - t0:.0f} s", flush=True)
-    gemm_ab(exts, rounds, cooldown, names)
-    build._EXTENSION = exts["overlap"]
+    run("overlap", {"overlap, M group 16": ("titankit_tk_gemm_ov16", variant(16, True)),
+                    "no overlap, M group 16": ("titankit_tk_gemm_noov16", variant(16, False))})

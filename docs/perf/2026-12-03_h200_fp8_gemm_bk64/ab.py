@@ -7,10 +7,7 @@ them; each build's relative error against the fp32 product and its largest diffe
   python3 docs/perf/2026-12-03_h200_fp8_gemm_bk64/ab.py [rounds] [cooldown] [shapes]
 """
 import importlib.util
-import time
 from pathlib import Path
-
-from kernels.thunderkittens import build
 
 _spec = importlib.util.spec_from_file_location(
     "gemm_256x128_ab", Path(__file__).resolve().parent.parent / "2026-12-03_h200_fp8_gemm_256x128" / "ab.py")
@@ -18,12 +15,4 @@ lib = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lib)
 
 if __name__ == "__main__":
-    rounds, cooldown, names = lib.args()
-    t0 = time.time()
-    head = lib.main_text()
-    exts = {"tree": build.extension(),
-            "main": lib.alloc_ab.edited_extension("titankit_tk_gemm_main",
-                                                  lambda f, t: head if f == lib.GEMM else t)}
-    print(f"builds {time.time() - t0:.0f} s", flush=True)
-    lib.gemm_ab(exts, rounds, cooldown, names)
-    build._EXTENSION = exts["tree"]
+    lib.run("tree", {})
