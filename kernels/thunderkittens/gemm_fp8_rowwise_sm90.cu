@@ -11,8 +11,9 @@
 //   - warpgroups 0 and 1 are consumers: each owns 64 rows of the tile, issues m64n256k32 QGMMAs from
 //     shared memory into a 64 x 256 fp32 accumulator (128 registers per thread), keeps one wgmma group
 //     in flight, and frees a stage as soon as the wgmma that read it retired;
-//   - the epilogue scales rows and columns in fp32 (or, tensorwise, by one product of the two
-//     scales) and rounds to bf16 into registers (64 per thread) as soon as a tile's wgmmas are
+//   - the epilogue scales rows and columns in fp32 (the column scales loaded during the last K
+//     slice and shared through a staging tile; tensorwise, by one product of the two scales)
+//     and rounds to bf16 into registers (64 per thread) as soon as a tile's wgmmas are
 //     done; the stores of those registers (through two 64 x 64 staging tiles per consumer and TMA
 //     stores, which clip the M tail and whole 64-column chunks past N) wait until the next tile's
 //     first two K slices are issued, so the tensor cores run through them. Both consumers share a
@@ -133,6 +134,13 @@ __device__ __forceinline__ int load_acquire(const int* p) {
     return v;
 }
 
+// A shared-space load: through a generic pointer nvcc emits generic loads (LD, not LDS).
+__device__ __forceinline__ float2 load_shared_float2(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+    return v;
+}
+
 // TENSORWISE: one scale per operand (scale_a[0], scale_b[0]), the default FP8 training recipe. The
 // epilogue then multiplies by their product, one FMUL per element, and loads no column scales:
 // the per-column loads and the second multiply are most of the scaling cost that section 5b of
@@ -224,6 +232,19 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             if (prev >= 0) warp::arrive(empty[prev]);
             prev = s;
         }
+        // Rowwise: this unit's scales, loaded while its last wgmmas run. Each thread loads two of
+        // the tile's 256 column scales (cols 2 * tid, + 1); the epilogue shares them through shared
+        // memory. Loaded in the epilogue, 64 per thread with a bounds check each, the loads, their
+        // index arithmetic and their latency were most of the scaling's cost (docs/benchmarks.md
+        // section 5b); this way the rowwise kernel gained up to 1.6%, level at K = 28672 (section 5i).
+        float sa0 = 0.f, sa1 = 0.f, sb0 = 0.f, sb1 = 0.f;
+        if constexpr (!TENSORWISE) {
+            const int r0 = mn.x * BM + wg * 64 + warp * 16 + lane / 4;
+            if (r0 < g.m) sa0 = g.scale_a[r0];
+            if (r0 + 8 < g.m) sa1 = g.scale_a[r0 + 8];
+            const int col = mn.y * BN + 2 * tid;  // N % 64 == 0: col + 1 < N when col < N
+            if (col < g.n) sb0 = g.scale_b[col], sb1 = g.scale_b[col + 1];
+        }
         warpgroup::mma_async_wait<0>();
         warp::arrive(empty[prev]);
 
@@ -275,24 +296,28 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
                 }
             }
         } else {
+            // The column scales go through staging buffer 0, which no TMA store still reads after
+            // the wait: the last store_out ended on buffer 1 (4 chunks), and the next one syncs the
+            // warpgroup before it writes buffer 0, so these reads are done by then.
+            float2* sb_s = reinterpret_cast<float2*>(&c_s[wg][0].data[0]);
+            if (tid == 0) tma::store_async_read_wait<1>();
+            warpgroup::sync(wg + 1);
+            sb_s[tid] = make_float2(sb0, sb1);
+            warpgroup::sync(wg + 1);
+            const uint32_t sb_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sb_s + lane % 4));
             // Rows r0, r0 + 8 of this thread; columns per 16-wide subtile j: 2 * (lane % 4) +
             // {0, 1} and + 8 (TK's row-layout fragment, the wgmma accumulator layout).
-            const int r0 = mn.x * BM + wg * 64 + warp * 16 + lane / 4;
-            const float sa0 = r0 < g.m ? g.scale_a[r0] : 0.f;
-            const float sa1 = r0 + 8 < g.m ? g.scale_a[r0 + 8] : 0.f;
 #pragma unroll
             for (int j = 0; j < BN / 16; j++) {
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    const int col = mn.y * BN + j * 16 + half * 8 + 2 * (lane % 4);
-                    const float sb0 = col < g.n ? g.scale_b[col] : 0.f;
-                    const float sb1 = col + 1 < g.n ? g.scale_b[col + 1] : 0.f;
+                    const float2 sb = load_shared_float2(sb_addr + 8 * (j * 8 + half * 4));
                     float2& top = acc.tiles[0][j].data[2 * half];     // row r0
                     float2& bot = acc.tiles[0][j].data[2 * half + 1]; // row r0 + 8
-                    top.x *= sa0 * sb0;
-                    top.y *= sa0 * sb1;
-                    bot.x *= sa1 * sb0;
-                    bot.y *= sa1 * sb1;
+                    top.x *= sa0 * sb.x;
+                    top.y *= sa0 * sb.y;
+                    bot.x *= sa1 * sb.x;
+                    bot.y *= sa1 * sb.y;
                 }
             }
         }

@@ -7,6 +7,7 @@ against the fp32 product of the dequantized operands, and its largest difference
 
   python3 docs/perf/2026-12-03_h200_fp8_gemm_256x128/ab.py [rounds] [cooldown] [shapes]
 """
+import os
 import subprocess
 import sys
 import time
@@ -28,6 +29,10 @@ SHAPES["8B wq"] = (8192, 4096, 4096)
 
 
 def main_text():
+    """main's GEMM source: from `git show HEAD:`, or from the file AB_MAIN_GEMM names (a copy taken
+    here before a device call, where the device copy's git metadata may be stale)."""
+    if os.environ.get("AB_MAIN_GEMM"):
+        return Path(os.environ["AB_MAIN_GEMM"]).read_text()
     root = HERE.parents[2]
     return subprocess.run(["git", "show", f"HEAD:kernels/thunderkittens/{GEMM}"], cwd=root,
                           check=True, capture_output=True, text=True).stdout
