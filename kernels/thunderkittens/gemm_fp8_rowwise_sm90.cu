@@ -297,8 +297,9 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             }
         } else {
             // The column scales go through staging buffer 0, which no TMA store still reads after
-            // the wait: the last store_out ended on buffer 1 (4 chunks), and the next one syncs the
-            // warpgroup before it writes buffer 0, so these reads are done by then.
+            // the wait: the last store_out ended on buffer 1 (an even number of chunks), and the
+            // next one syncs the warpgroup before it writes buffer 0, so these reads are done by then.
+            static_assert((BN / C_CHUNK) % 2 == 0, "store_out must end on staging buffer 1");
             float2* sb_s = reinterpret_cast<float2*>(&c_s[wg][0].data[0]);
             if (tid == 0) tma::store_async_read_wait<1>();
             warpgroup::sync(wg + 1);
