@@ -134,13 +134,6 @@ __device__ __forceinline__ int load_acquire(const int* p) {
     return v;
 }
 
-// A shared-space load: through a generic pointer nvcc emits generic loads (LD, not LDS).
-__device__ __forceinline__ float2 load_shared_float2(uint32_t addr) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-    return v;
-}
-
 // TENSORWISE: one scale per operand (scale_a[0], scale_b[0]), the default FP8 training recipe. The
 // epilogue then multiplies by their product, one FMUL per element, and loads no column scales:
 // the per-column loads and the second multiply are most of the scaling cost that section 5b of
@@ -300,19 +293,20 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
             // the wait: the last store_out ended on buffer 1 (an even number of chunks), and the
             // next one syncs the warpgroup before it writes buffer 0, so these reads are done by then.
             static_assert((BN / C_CHUNK) % 2 == 0, "store_out must end on staging buffer 1");
-            float2* sb_s = reinterpret_cast<float2*>(&c_s[wg][0].data[0]);
+            // Shared-space addresses: through a generic pointer nvcc emits generic loads (LD, not LDS).
+            const uint32_t sb_s = static_cast<uint32_t>(__cvta_generic_to_shared(&c_s[wg][0].data[0]));
             if (tid == 0) tma::store_async_read_wait<1>();
             warpgroup::sync(wg + 1);
-            sb_s[tid] = make_float2(sb0, sb1);
+            move<float2>::sts(sb_s + 8 * tid, make_float2(sb0, sb1));
             warpgroup::sync(wg + 1);
-            const uint32_t sb_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sb_s + lane % 4));
             // Rows r0, r0 + 8 of this thread; columns per 16-wide subtile j: 2 * (lane % 4) +
             // {0, 1} and + 8 (TK's row-layout fragment, the wgmma accumulator layout).
 #pragma unroll
             for (int j = 0; j < BN / 16; j++) {
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    const float2 sb = load_shared_float2(sb_addr + 8 * (j * 8 + half * 4));
+                    float2 sb;
+                    move<float2>::lds(sb, sb_s + 8 * (j * 8 + half * 4 + lane % 4));
                     float2& top = acc.tiles[0][j].data[2 * half];     // row r0
                     float2& bot = acc.tiles[0][j].data[2 * half + 1]; // row r0 + 8
                     top.x *= sa0 * sb.x;
