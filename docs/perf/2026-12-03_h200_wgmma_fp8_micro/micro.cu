@@ -17,6 +17,8 @@
 // Cycles per slice come from clock64 on each CTA, so the rate per clock is independent of the
 // (power-limited) SM clock; TFLOP/s from CUDA events.
 //   nvcc $FLAGS -o micro micro.cu ../../../kernels/thunderkittens/driver_shim.cpp -ldl && ./micro
+// FILL_SWEEP=1 ./micro runs instead the sweep of docs/benchmarks.md 5k: mode 0 with partial fill
+// stages (16, 32, 40 KB per slice) beside the whole one, and three consumers (a 192 x 256 tile).
 #include <cstdio>
 #include <vector>
 #include <algorithm>
@@ -41,18 +43,30 @@ struct globals {
     long long* cycles;       // per CTA: the consumers' loop
     long long* fill_cycles;  // per CTA: the producer's loop, fills landed
     float* sink;
+    int parts;  // fill tiles loaded per slice: bit 0 A tile 0, bit 1 A tile 1, bit 2 B (7: the GEMM's stage)
 };
 
 constexpr int RING = 3;
-constexpr int SMEM = 4 * sizeof(a_tile) + sizeof(b_tile) + RING * (2 * sizeof(a_tile) + sizeof(b_tile)) + 1024;
+// CONS consumer warpgroups (3: a 192 x 256 tile's mainloop; its ring stage holds three A tiles and B,
+// 56 KB, and it has 3 fixed A tiles instead of 4 to fit in shared memory). At 512 threads (128
+// registers at launch) ptxas (nvcc 13.0) refuses an m64n256k32, "Insufficient registers (128) to
+// compile instruction", although the consumers raise their limit to 160 first: mode 1 only.
+template <int CONS>
+constexpr int fixed_a() { return CONS == 3 ? 3 : 4; }
+template <int CONS>
+constexpr int smem_bytes() {
+    return fixed_a<CONS>() * sizeof(a_tile) + sizeof(b_tile) + RING * (CONS * sizeof(a_tile) + sizeof(b_tile)) + 1024;
+}
 
-template <int MODE, int FILL>
-__global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals g) {
+template <int MODE, int FILL, int CONS = 2>
+__global__ __launch_bounds__((CONS + 1) * 128, 1) void micro(const __grid_constant__ globals g) {
+    static_assert(CONS == 2 || MODE == 1, "three consumers: mode 1 only");
     extern __shared__ alignment_dummy smem[];
     tma_swizzle_allocator al((int*)&smem[0]);
-    a_tile(&a_s)[4] = al.allocate<a_tile, 4>();
+    constexpr int NA = fixed_a<CONS>();
+    a_tile(&a_s)[NA] = al.allocate<a_tile, NA>();
     b_tile& b_s = al.allocate<b_tile>();
-    a_tile(&fa)[RING][2] = al.allocate<a_tile, RING, 2>();
+    a_tile(&fa)[RING][CONS] = al.allocate<a_tile, RING, CONS>();
     b_tile(&fb)[RING] = al.allocate<b_tile, RING>();
     __shared__ semaphore filled[RING], freed[RING], operands;
     __shared__ volatile int progress;  // slices issued by consumer 0
@@ -60,20 +74,20 @@ __global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals 
     if (threadIdx.x == 0) {
         for (int i = 0; i < RING; i++) {
             init_semaphore(filled[i], 0, 1);
-            init_semaphore(freed[i], 8, 0);  // one arrival per consumer warp
+            init_semaphore(freed[i], CONS * 4, 0);  // one arrival per consumer warp
         }
         init_semaphore(operands, 0, 1);
         // The fixed tiles the wgmmas read, from the operand (random e4m3 unless CONSTANT).
-        tma::expect_bytes(operands, 4 * sizeof(a_tile) + sizeof(b_tile));
-        for (int i = 0; i < 4; i++) {
+        tma::expect_bytes(operands, NA * sizeof(a_tile) + sizeof(b_tile));
+        for (int i = 0; i < NA; i++) {
             tma::load_async(a_s[i], g.a, {(int)(blockIdx.x * 4 + i) % (g.a.rows() / 64), 0}, operands);
         }
         tma::load_async(b_s, g.b, {(int)blockIdx.x % (g.b.rows() / 256), 1}, operands);
         progress = 0;
     }
     __syncthreads();
-    if (wg == 2) {
-        warpgroup::decrease_registers<40>();
+    if (wg == CONS) {
+        warpgroup::decrease_registers<CONS == 3 ? 24 : 40>();
         if (FILL && warpgroup::laneid() == 0) {
             const int rows_a = g.a.rows() / 64, rows_b = g.b.rows() / 256, cols = g.a.cols() / BK;
             const long long p0 = clock64();
@@ -87,10 +101,17 @@ __global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals 
                 }
                 // L2-resident like the GEMM's panels: 8 B tiles x 16 K slices (4 MB), A in 2 MB.
                 const int r = (blockIdx.x * 7 + i) % min(rows_b, 8), c = (blockIdx.x + i) % min(cols, 16);
-                tma::expect_bytes(filled[s], 2 * sizeof(a_tile) + sizeof(b_tile));
-                tma::load_async(fa[s][0], g.a, {(2 * r) % rows_a, c}, filled[s]);
-                tma::load_async(fa[s][1], g.a, {(2 * r + 1) % rows_a, c}, filled[s]);
-                tma::load_async(fb[s], g.b, {r, c}, filled[s]);
+                if constexpr (CONS == 3) {  // the whole stage: three A tiles and B
+                    tma::expect_bytes(filled[s], 3 * sizeof(a_tile) + sizeof(b_tile));
+                    for (int j = 0; j < 3; j++) tma::load_async(fa[s][j], g.a, {(3 * r + j) % rows_a, c}, filled[s]);
+                    tma::load_async(fb[s], g.b, {r, c}, filled[s]);
+                } else {
+                    tma::expect_bytes(filled[s], ((g.parts & 1) + (g.parts >> 1 & 1)) * sizeof(a_tile) +
+                                                     (g.parts >> 2 & 1) * sizeof(b_tile));
+                    if (g.parts & 1) tma::load_async(fa[s][0], g.a, {(2 * r) % rows_a, c}, filled[s]);
+                    if (g.parts & 2) tma::load_async(fa[s][1], g.a, {(2 * r + 1) % rows_a, c}, filled[s]);
+                    if (g.parts & 4) tma::load_async(fb[s], g.b, {r, c}, filled[s]);
+                }
             }
             if (FILL == 1) {
                 for (int i = max(g.iters - 2, 0); i < g.iters; i++) wait(filled[i % 2], (i / 2) & 1);
@@ -101,7 +122,7 @@ __global__ __launch_bounds__(384, 1) void micro(const __grid_constant__ globals 
         }
         return;
     }
-    warpgroup::increase_registers<232>();
+    warpgroup::increase_registers<CONS == 3 ? 160 : 232>();
     wait(operands, 0);
     auto& bh = reinterpret_cast<bh_tile(&)[2]>(b_s);
     long long t0 = 0;
@@ -166,11 +187,12 @@ __global__ void fill_random(uint32_t* p, size_t n) {
     }
 }
 
-template <int MODE, int FILL>
+template <int MODE, int FILL, int CONS = 2>
 void run(const globals& g0, int sms, int iters, const char* name) {
     globals g = g0;
     g.iters = iters;
-    auto k = micro<MODE, FILL>;
+    auto k = micro<MODE, FILL, CONS>;
+    constexpr int SMEM = smem_bytes<CONS>();
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -179,7 +201,7 @@ void run(const globals& g0, int sms, int iters, const char* name) {
     std::vector<double> per_clk, pace;
     for (int rep = 0; rep < 6; rep++) {
         cudaEventRecord(e0);
-        k<<<sms, 384, SMEM>>>(g);
+        k<<<sms, (CONS + 1) * 128, SMEM>>>(g);
         cudaEventRecord(e1);
         cudaEventSynchronize(e1);
         float t;
@@ -187,7 +209,7 @@ void run(const globals& g0, int sms, int iters, const char* name) {
         std::vector<long long> cyc(sms);
         cudaMemcpy(cyc.data(), g.cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
         std::sort(cyc.begin(), cyc.end());
-        const double flops_cta = 4.0 * 64 * 256 * BK * iters;  // 2 warpgroups x 2 x 64 x 256 x 128 per slice
+        const double flops_cta = 2.0 * CONS * 64 * 256 * BK * iters;  // CONS warpgroups x 2 x 64 x 256 x 128 per slice
         std::vector<long long> fcyc(sms);
         cudaMemcpy(fcyc.data(), g.fill_cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost);
         std::sort(fcyc.begin(), fcyc.end());
@@ -200,10 +222,15 @@ void run(const globals& g0, int sms, int iters, const char* name) {
     std::sort(ms.begin(), ms.end());
     std::sort(per_clk.begin(), per_clk.end());
     std::sort(pace.begin(), pace.end());
-    const double tflops = 2.0 * 2 * 64 * 256 * BK * (double)iters * sms / (ms[ms.size() / 2] * 1e-3) / 1e12;
+    const double tflops = 2.0 * CONS * 64 * 256 * BK * (double)iters * sms / (ms[ms.size() / 2] * 1e-3) / 1e12;
     const double fpc = per_clk[per_clk.size() / 2];
-    const char* fill = FILL == 0 ? "none" : FILL == 1 ? "uncoupled" : "coupled, 3 stages";
-    printf("| %s | %s | %.0f | %.1f%% | %.0f | %.2f | %s |\n", name, fill, fpc, 100.0 * fpc / 8192,
+    std::string fill = FILL == 0 ? "none" : FILL == 1 ? "uncoupled" : "coupled, 3 stages";
+    if (CONS == 3) fill += FILL ? ", three consumers (192 x 256), 56 KB per slice" : ", three consumers (192 x 256)";
+    else if (FILL && g.parts != 7) {  // a partial stage (FILL_SWEEP): name its bytes
+        const int kb = ((g.parts & 1) + (g.parts >> 1 & 1)) * 8 + (g.parts >> 2 & 1) * 32;
+        fill += ", " + std::to_string(kb) + " KB per slice";
+    }
+    printf("| %s | %s | %.0f | %.1f%% | %.0f | %.2f | %s |\n", name, fill.c_str(), fpc, 100.0 * fpc / 8192,
            tflops, tflops * 1e12 / (fpc * sms) / 1e9, FILL ? std::to_string(pace[pace.size() / 2]).substr(0, 4).c_str() : "");
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) printf("error %s\n", cudaGetErrorString(err));
@@ -228,10 +255,32 @@ int main() {
     cudaMemset(fill_cycles, 0, sms * sizeof(long long));
     cudaMalloc(&sink, 1024 * sizeof(float));
     auto* p = reinterpret_cast<fp8e4m3*>(buf);
-    globals g{a_gl{p, nullptr, nullptr, rows, cols}, b_gl{p, nullptr, nullptr, rows, cols}, 0, cycles, fill_cycles, sink};
+    globals g{a_gl{p, nullptr, nullptr, rows, cols}, b_gl{p, nullptr, nullptr, rows, cols}, 0, cycles, fill_cycles, sink, 7};
     const int iters = 20000;  // ~10 ms per launch
     printf("| wgmmas per warpgroup and k32 step | TMA fills | FLOP per SM clock | of 8192 | TFLOP/s | implied SM clock (GHz) | fill / wgmma cycles |\n");
     printf("|---|---|---|---|---|---|---|\n");
+    const char* sweep = getenv("FILL_SWEEP");
+    if (sweep != nullptr && sweep[0] == '1') {
+        // How the clock under the power cap depends on the fill bytes per slice: the GEMM's
+        // mainloop (mode 0) with 0, 16, 32, 40 and 48 KB of fills, ~150 ms launches, rounds
+        // interleaved (docs/benchmarks.md 5k).
+        for (int round = 0; round < 3; round++) {
+            run<0, 0>(g, sms, 10 * iters, "one m64n256k32");
+            for (int parts : {3, 4, 5, 7}) {
+                g.parts = parts;
+                run<0, 1>(g, sms, 10 * iters, "one m64n256k32");
+            }
+            for (int parts : {4, 7}) {
+                g.parts = parts;
+                run<0, 2>(g, sms, 10 * iters, "one m64n256k32");
+            }
+            g.parts = 7;
+            run<1, 2>(g, sms, 10 * iters, "two m64n128k32, same A");
+            run<1, 0, 3>(g, sms, 10 * iters, "two m64n128k32, same A");
+            run<1, 2, 3>(g, sms, 10 * iters, "two m64n128k32, same A");
+        }
+        return 0;
+    }
     for (int round = 0; round < 2; round++) {
         run<0, 0>(g, sms, iters, "one m64n256k32");
         run<1, 0>(g, sms, iters, "two m64n128k32, same A");
