@@ -19,6 +19,9 @@
 //   nvcc $FLAGS -o micro micro.cu ../../../kernels/thunderkittens/driver_shim.cpp -ldl && ./micro
 // FILL_SWEEP=1 ./micro runs instead the sweep of docs/benchmarks.md 5k: mode 0 with partial fill
 // stages (16, 32, 40 KB per slice) beside the whole one, and three consumers (a 192 x 256 tile).
+// ONE_WG=1 ./micro runs instead the check of docs/benchmarks.md 5m: one consumer warpgroup issuing
+// alone (CONS = 1, as in a ping-pong kernel's mainloop), no fills, with one or two K slices of
+// wgmmas in flight (DEPTH), beside the two-consumer runs.
 #include <cstdio>
 #include <vector>
 #include <algorithm>
@@ -58,9 +61,11 @@ constexpr int smem_bytes() {
     return fixed_a<CONS>() * sizeof(a_tile) + sizeof(b_tile) + RING * (CONS * sizeof(a_tile) + sizeof(b_tile)) + 1024;
 }
 
-template <int MODE, int FILL, int CONS = 2>
+template <int MODE, int FILL, int CONS = 2, int DEPTH = 1>
 __global__ __launch_bounds__((CONS + 1) * 128, 1) void micro(const __grid_constant__ globals g) {
-    static_assert(CONS == 2 || MODE == 1, "three consumers: mode 1 only");
+    static_assert(CONS == 2 || (CONS == 3 && MODE == 1) || (CONS == 1 && FILL == 0),
+                  "three consumers: mode 1 only; one consumer: no fills");
+    static_assert(DEPTH == 1 || DEPTH == 2, "one or two K slices in flight");
     extern __shared__ alignment_dummy smem[];
     tma_swizzle_allocator al((int*)&smem[0]);
     constexpr int NA = fixed_a<CONS>();
@@ -138,7 +143,7 @@ __global__ __launch_bounds__((CONS + 1) * 128, 1) void micro(const __grid_consta
                 warp::arrive(freed[i % RING]);
             }
             warpgroup::mma_ABt(acc, a_s[wg], b_s);
-            warpgroup::mma_async_wait<1>();
+            warpgroup::mma_async_wait<DEPTH>();
             if (wg == 0 && threadIdx.x == 0) progress = i;
         }
         warpgroup::mma_async_wait<0>();
@@ -161,7 +166,7 @@ __global__ __launch_bounds__((CONS + 1) * 128, 1) void micro(const __grid_consta
                 warpgroup::mma_ABt(x, a_s[2 * wg], bh[0]);
                 warpgroup::mma_ABt(y, a_s[2 * wg + 1], bh[0]);
             }
-            warpgroup::mma_async_wait<2>();
+            warpgroup::mma_async_wait<2 * DEPTH>();
             if (wg == 0 && threadIdx.x == 0) progress = i;
         }
         warpgroup::mma_async_wait<0>();
@@ -187,11 +192,11 @@ __global__ void fill_random(uint32_t* p, size_t n) {
     }
 }
 
-template <int MODE, int FILL, int CONS = 2>
+template <int MODE, int FILL, int CONS = 2, int DEPTH = 1>
 void run(const globals& g0, int sms, int iters, const char* name) {
     globals g = g0;
     g.iters = iters;
-    auto k = micro<MODE, FILL, CONS>;
+    auto k = micro<MODE, FILL, CONS, DEPTH>;
     constexpr int SMEM = smem_bytes<CONS>();
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
     cudaEvent_t e0, e1;
@@ -226,6 +231,8 @@ void run(const globals& g0, int sms, int iters, const char* name) {
     const double fpc = per_clk[per_clk.size() / 2];
     std::string fill = FILL == 0 ? "none" : FILL == 1 ? "uncoupled" : "coupled, 3 stages";
     if (CONS == 3) fill += FILL ? ", three consumers (192 x 256), 56 KB per slice" : ", three consumers (192 x 256)";
+    if (CONS == 1) fill += ", one consumer";
+    if (DEPTH == 2) fill += ", two slices in flight";
     else if (FILL && g.parts != 7) {  // a partial stage (FILL_SWEEP): name its bytes
         const int kb = ((g.parts & 1) + (g.parts >> 1 & 1)) * 8 + (g.parts >> 2 & 1) * 32;
         fill += ", " + std::to_string(kb) + " KB per slice";
@@ -259,6 +266,23 @@ int main() {
     const int iters = 20000;  // ~10 ms per launch
     printf("| wgmmas per warpgroup and k32 step | TMA fills | FLOP per SM clock | of 8192 | TFLOP/s | implied SM clock (GHz) | fill / wgmma cycles |\n");
     printf("|---|---|---|---|---|---|---|\n");
+    const char* one_wg = getenv("ONE_WG");
+    if (one_wg != nullptr && one_wg[0] == '1') {
+        // Can one warpgroup keep the tensor cores busy alone? A ping-pong kernel's mainloop has one
+        // consumer issuing at a time (docs/benchmarks.md 5a's ping-pong reached 80% tensor-pipe
+        // activity, cuBLAS's 96%). Per-CTA work per slice halves with one consumer; the FLOP per
+        // clock column counts it.
+        for (int round = 0; round < 2; round++) {
+            run<0, 0>(g, sms, iters, "one m64n256k32");
+            run<2, 0>(g, sms, iters, "two m64n128k32, same B");
+            run<0, 0, 1>(g, sms, iters, "one m64n256k32");
+            run<2, 0, 1>(g, sms, iters, "two m64n128k32, same B");
+            run<0, 0, 1, 2>(g, sms, iters, "one m64n256k32");
+            run<2, 0, 1, 2>(g, sms, iters, "two m64n128k32, same B");
+            run<2, 0, 2, 2>(g, sms, iters, "two m64n128k32, same B");
+        }
+        return 0;
+    }
     const char* sweep = getenv("FILL_SWEEP");
     if (sweep != nullptr && sweep[0] == '1') {
         // How the clock under the power cap depends on the fill bytes per slice: the GEMM's
