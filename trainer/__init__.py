@@ -9,9 +9,9 @@ def _check_kernel_package() -> None:
     Hugging Face's `kernels` distribution has the same import name, and transformers >= 5.25
     installs it. With titankit installed in editable mode, that copy in site-packages comes before
     ours on the import path except when Python starts in the checkout, and every
-    `from kernels.fp8 import ...` in trainer's modules would fail with a bare ModuleNotFoundError. A non-editable
-    install puts both distributions' files into one site-packages folder, which this check cannot
-    tell apart. find_spec of a top-level name imports nothing."""
+    `from kernels.fp8 import ...` in trainer's modules would fail with a bare ModuleNotFoundError.
+    A non-editable install puts both distributions' files into one site-packages folder, which
+    this check cannot tell apart. find_spec of a top-level name imports nothing."""
     ours = Path(__file__).resolve().parent.parent / "kernels"
     if not ours.is_dir():  # trainer without kernels beside it: no layout titankit installs
         return
