@@ -21,10 +21,10 @@ def _check_kernel_package() -> None:
         where = spec.origin if spec is not None else "nowhere"
         raise ImportError(
             f"titankit: `import kernels` loads {where}, not titankit's kernel package {ours}. "
-            "Hugging Face's `kernels` distribution (installed with transformers >= 5.25) uses the same "
-            "import name. Run from the titankit checkout (its root is then first on the import path), "
-            "or remove the other package from this environment: `pip uninstall kernels` (transformers "
-            "< 5.25 does not need it)")
+            "Hugging Face's `kernels` distribution (installed with transformers >= 5.25) uses the "
+            "same import name. Run from the titankit checkout (its root then comes first on the "
+            "import path), or remove the other package from this environment: "
+            "`pip uninstall kernels` (transformers < 5.25 does not need it)")
 
 
 _check_kernel_package()
