@@ -21,7 +21,9 @@
 // stages (16, 32, 40 KB per slice) beside the whole one, and three consumers (a 192 x 256 tile).
 // ONE_WG=1 ./micro runs instead the check of docs/benchmarks.md 5m: one consumer warpgroup issuing
 // alone (CONS = 1, as in a ping-pong kernel's mainloop), no fills, with one or two K slices of
-// wgmmas in flight (DEPTH), beside the two-consumer runs.
+// wgmmas in flight (DEPTH), beside the two-consumer runs. ONE_WG=2 ./micro couples fills to it: a
+// ping-pong consumer's stage (two 64 x 128 A tiles and a 128 x 128 B tile, 32 KB per slice of
+// 128 x 128 x 128), against the cooperative 128 x 256 stage (48 KB per slice of twice the work).
 #include <cstdio>
 #include <vector>
 #include <algorithm>
@@ -37,7 +39,7 @@ using a_tile = st_fp8e4m3<64, BK>;
 using b_tile = st_fp8e4m3<256, BK>;
 using bh_tile = st_fp8e4m3<128, BK>;
 using a_gl = gl<fp8e4m3, 1, 1, -1, -1, a_tile>;
-using b_gl = gl<fp8e4m3, 1, 1, -1, -1, b_tile>;
+using b_gl = gl<fp8e4m3, 1, 1, -1, -1, b_tile, bh_tile>;
 
 struct globals {
     a_gl a;
@@ -56,22 +58,25 @@ constexpr int RING = 3;
 // compile instruction", although the consumers raise their limit to 160 first: mode 1 only.
 template <int CONS>
 constexpr int fixed_a() { return CONS == 3 ? 3 : 4; }
+// A tiles per ring stage: one per consumer; a lone consumer (CONS = 1) fills a 128-row tile.
+template <int CONS>
+constexpr int fill_a() { return CONS == 1 ? 2 : CONS; }
 template <int CONS>
 constexpr int smem_bytes() {
-    return fixed_a<CONS>() * sizeof(a_tile) + sizeof(b_tile) + RING * (CONS * sizeof(a_tile) + sizeof(b_tile)) + 1024;
+    return fixed_a<CONS>() * sizeof(a_tile) + sizeof(b_tile) + RING * (fill_a<CONS>() * sizeof(a_tile) + sizeof(b_tile)) + 1024;
 }
 
 template <int MODE, int FILL, int CONS = 2, int DEPTH = 1>
 __global__ __launch_bounds__((CONS + 1) * 128, 1) void micro(const __grid_constant__ globals g) {
-    static_assert(CONS == 2 || (CONS == 3 && MODE == 1) || (CONS == 1 && FILL == 0),
-                  "three consumers: mode 1 only; one consumer: no fills");
+    static_assert(CONS == 2 || (CONS == 3 && MODE == 1) || (CONS == 1 && FILL != 1),
+                  "three consumers: mode 1 only; one consumer: no uncoupled fills");
     static_assert(DEPTH == 1 || DEPTH == 2, "one or two K slices in flight");
     extern __shared__ alignment_dummy smem[];
     tma_swizzle_allocator al((int*)&smem[0]);
     constexpr int NA = fixed_a<CONS>();
     a_tile(&a_s)[NA] = al.allocate<a_tile, NA>();
     b_tile& b_s = al.allocate<b_tile>();
-    a_tile(&fa)[RING][CONS] = al.allocate<a_tile, RING, CONS>();
+    a_tile(&fa)[RING][fill_a<CONS>()] = al.allocate<a_tile, RING, fill_a<CONS>()>();
     b_tile(&fb)[RING] = al.allocate<b_tile, RING>();
     __shared__ semaphore filled[RING], freed[RING], operands;
     __shared__ volatile int progress;  // slices issued by consumer 0
@@ -106,7 +111,11 @@ __global__ __launch_bounds__((CONS + 1) * 128, 1) void micro(const __grid_consta
                 }
                 // L2-resident like the GEMM's panels: 8 B tiles x 16 K slices (4 MB), A in 2 MB.
                 const int r = (blockIdx.x * 7 + i) % min(rows_b, 8), c = (blockIdx.x + i) % min(cols, 16);
-                if constexpr (CONS == 3) {  // the whole stage: three A tiles and B
+                if constexpr (CONS == 1) {  // a 128 x 128 tile's stage: two A tiles, half of B
+                    tma::expect_bytes(filled[s], 2 * sizeof(a_tile) + sizeof(bh_tile));
+                    for (int j = 0; j < 2; j++) tma::load_async(fa[s][j], g.a, {(2 * r + j) % rows_a, c}, filled[s]);
+                    tma::load_async(reinterpret_cast<bh_tile&>(fb[s]), g.b, {(2 * r) % (2 * rows_b), c}, filled[s]);
+                } else if constexpr (CONS == 3) {  // the whole stage: three A tiles and B
                     tma::expect_bytes(filled[s], 3 * sizeof(a_tile) + sizeof(b_tile));
                     for (int j = 0; j < 3; j++) tma::load_async(fa[s][j], g.a, {(3 * r + j) % rows_a, c}, filled[s]);
                     tma::load_async(fb[s], g.b, {r, c}, filled[s]);
@@ -231,7 +240,7 @@ void run(const globals& g0, int sms, int iters, const char* name) {
     const double fpc = per_clk[per_clk.size() / 2];
     std::string fill = FILL == 0 ? "none" : FILL == 1 ? "uncoupled" : "coupled, 3 stages";
     if (CONS == 3) fill += FILL ? ", three consumers (192 x 256), 56 KB per slice" : ", three consumers (192 x 256)";
-    if (CONS == 1) fill += ", one consumer";
+    if (CONS == 1) fill += FILL ? ", one consumer, 32 KB per slice" : ", one consumer";
     if (DEPTH == 2) fill += ", two slices in flight";
     else if (FILL && g.parts != 7) {  // a partial stage (FILL_SWEEP): name its bytes
         const int kb = ((g.parts & 1) + (g.parts >> 1 & 1)) * 8 + (g.parts >> 2 & 1) * 32;
@@ -267,11 +276,20 @@ int main() {
     printf("| wgmmas per warpgroup and k32 step | TMA fills | FLOP per SM clock | of 8192 | TFLOP/s | implied SM clock (GHz) | fill / wgmma cycles |\n");
     printf("|---|---|---|---|---|---|---|\n");
     const char* one_wg = getenv("ONE_WG");
-    if (one_wg != nullptr && one_wg[0] == '1') {
+    if (one_wg != nullptr && (one_wg[0] == '1' || one_wg[0] == '2')) {
         // Can one warpgroup keep the tensor cores busy alone? A ping-pong kernel's mainloop has one
         // consumer issuing at a time (docs/benchmarks.md 5a's ping-pong reached 80% tensor-pipe
         // activity, cuBLAS's 96%). Per-CTA work per slice halves with one consumer; the FLOP per
         // clock column counts it.
+        if (one_wg[0] == '2') {  // coupled fills, launches of the same length (one consumer: half the work per slice)
+            for (int round = 0; round < 3; round++) {
+                run<0, 2>(g, sms, 10 * iters, "one m64n256k32");
+                run<2, 2>(g, sms, 10 * iters, "two m64n128k32, same B");
+                run<2, 2, 1>(g, sms, 20 * iters, "two m64n128k32, same B");
+                run<0, 2, 1>(g, sms, 20 * iters, "one m64n256k32");
+            }
+            return 0;
+        }
         for (int round = 0; round < 2; round++) {
             run<0, 0>(g, sms, iters, "one m64n256k32");
             run<2, 0>(g, sms, iters, "two m64n128k32, same B");
