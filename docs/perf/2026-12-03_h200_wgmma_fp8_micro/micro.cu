@@ -114,7 +114,7 @@ __global__ __launch_bounds__((CONS + 1) * 128, 1) void micro(const __grid_consta
                 if constexpr (CONS == 1) {  // a 128 x 128 tile's stage: two A tiles, half of B
                     tma::expect_bytes(filled[s], 2 * sizeof(a_tile) + sizeof(bh_tile));
                     for (int j = 0; j < 2; j++) tma::load_async(fa[s][j], g.a, {(2 * r + j) % rows_a, c}, filled[s]);
-                    tma::load_async(reinterpret_cast<bh_tile&>(fb[s]), g.b, {(2 * r) % (2 * rows_b), c}, filled[s]);
+                    tma::load_async(reinterpret_cast<bh_tile&>(fb[s]), g.b, {2 * r, c}, filled[s]);  // r < rows_b
                 } else if constexpr (CONS == 3) {  // the whole stage: three A tiles and B
                     tma::expect_bytes(filled[s], 3 * sizeof(a_tile) + sizeof(b_tile));
                     for (int j = 0; j < 3; j++) tma::load_async(fa[s][j], g.a, {(3 * r + j) % rows_a, c}, filled[s]);
@@ -240,12 +240,12 @@ void run(const globals& g0, int sms, int iters, const char* name) {
     const double fpc = per_clk[per_clk.size() / 2];
     std::string fill = FILL == 0 ? "none" : FILL == 1 ? "uncoupled" : "coupled, 3 stages";
     if (CONS == 3) fill += FILL ? ", three consumers (192 x 256), 56 KB per slice" : ", three consumers (192 x 256)";
-    if (CONS == 1) fill += FILL ? ", one consumer, 32 KB per slice" : ", one consumer";
-    if (DEPTH == 2) fill += ", two slices in flight";
+    else if (CONS == 1) fill += FILL ? ", one consumer, 32 KB per slice" : ", one consumer";
     else if (FILL && g.parts != 7) {  // a partial stage (FILL_SWEEP): name its bytes
         const int kb = ((g.parts & 1) + (g.parts >> 1 & 1)) * 8 + (g.parts >> 2 & 1) * 32;
         fill += ", " + std::to_string(kb) + " KB per slice";
     }
+    if (DEPTH == 2) fill += ", two slices in flight";
     printf("| %s | %s | %.0f | %.1f%% | %.0f | %.2f | %s |\n", name, fill.c_str(), fpc, 100.0 * fpc / 8192,
            tflops, tflops * 1e12 / (fpc * sms) / 1e9, FILL ? std::to_string(pace[pace.size() / 2]).substr(0, 4).c_str() : "");
     cudaError_t err = cudaGetLastError();
@@ -275,21 +275,22 @@ int main() {
     const int iters = 20000;  // ~10 ms per launch
     printf("| wgmmas per warpgroup and k32 step | TMA fills | FLOP per SM clock | of 8192 | TFLOP/s | implied SM clock (GHz) | fill / wgmma cycles |\n");
     printf("|---|---|---|---|---|---|---|\n");
+    // ONE_WG: can one warpgroup keep the tensor cores busy alone? A ping-pong kernel's mainloop has
+    // one consumer issuing at a time (docs/benchmarks.md 5a's ping-pong reached 80% tensor-pipe
+    // activity, cuBLAS's 96%). Per-CTA work per slice halves with one consumer; the FLOP per clock
+    // column counts it.
     const char* one_wg = getenv("ONE_WG");
-    if (one_wg != nullptr && (one_wg[0] == '1' || one_wg[0] == '2')) {
-        // Can one warpgroup keep the tensor cores busy alone? A ping-pong kernel's mainloop has one
-        // consumer issuing at a time (docs/benchmarks.md 5a's ping-pong reached 80% tensor-pipe
-        // activity, cuBLAS's 96%). Per-CTA work per slice halves with one consumer; the FLOP per
-        // clock column counts it.
-        if (one_wg[0] == '2') {  // coupled fills, launches of the same length (one consumer: half the work per slice)
-            for (int round = 0; round < 3; round++) {
-                run<0, 2>(g, sms, 10 * iters, "one m64n256k32");
-                run<2, 2>(g, sms, 10 * iters, "two m64n128k32, same B");
-                run<2, 2, 1>(g, sms, 20 * iters, "two m64n128k32, same B");
-                run<0, 2, 1>(g, sms, 20 * iters, "one m64n256k32");
-            }
-            return 0;
+    const char one = one_wg != nullptr ? one_wg[0] : '0';
+    if (one == '2') {  // coupled fills, launches of the same length (one consumer: half the work per slice)
+        for (int round = 0; round < 3; round++) {
+            run<0, 2>(g, sms, 10 * iters, "one m64n256k32");
+            run<2, 2>(g, sms, 10 * iters, "two m64n128k32, same B");
+            run<2, 2, 1>(g, sms, 20 * iters, "two m64n128k32, same B");
+            run<0, 2, 1>(g, sms, 20 * iters, "one m64n256k32");
         }
+        return 0;
+    }
+    if (one == '1') {  // no fills, one or two slices in flight
         for (int round = 0; round < 2; round++) {
             run<0, 0>(g, sms, iters, "one m64n256k32");
             run<2, 0>(g, sms, iters, "two m64n128k32, same B");

@@ -52,8 +52,8 @@ def main():
         sw = sw.reshape(1, n)
         c = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         n_p, n_f = ext.fp8_gemm_rowwise_workspace(m, n, k)
-        part = torch.empty(max(n_p, 1), dtype=torch.float32, device="cuda") if n_p else None
-        flags = torch.zeros(max(n_f, 1), dtype=torch.int32, device="cuda") if n_p else None
+        part = torch.empty(n_p, dtype=torch.float32, device="cuda") if n_p else None
+        flags = torch.zeros(n_f, dtype=torch.int32, device="cuda") if n_p else None
         sa, sb = sx.reshape(m), sw.reshape(n)
         stream = torch.cuda.current_stream().cuda_stream
 
