@@ -86,7 +86,8 @@ def init_distributed(comm: Comm, run_dir: str, fsdp_all_gather: str = "nccl") ->
 def set_train_timeout(comm: Comm, mesh) -> None:
     """After the first step (compiles, NCCL warm-up) hangs should fail fast: shorten the timeouts."""
     timeout = timedelta(seconds=comm.train_timeout_seconds)
-    set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    # torch 2.14 made the private setter public (the old name warns there); 2.11-2.13 have only it.
+    set_timeout = getattr(dist, "set_timeout", None) or getattr(dist.distributed_c10d, "_set_pg_timeout", None)
     if set_timeout is None:
         logger.warning("this PyTorch cannot change a process group's timeout; keeping the init timeout")
         return

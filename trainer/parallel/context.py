@@ -44,15 +44,12 @@ import torch.distributed as dist
 from torch import nn
 
 from kernels.attention import attention_bwd, attention_fwd, merge_partials
+from trainer.parallel.collectives import all_gather_single, reduce_scatter_single
 
 logger = logging.getLogger("titankit")
 
 METHODS = ("ring", "allgather")
 SEQ_KEYS = ("tokens", "labels", "positions", "doc_ids")
-
-# torch 2.13 renamed the single-tensor collectives (the old names warn); 2.11 has only the old ones.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 # Custom ops take strings, not process groups: ContextParallelAttention registers its group here.
 _GROUPS: dict[str, dist.ProcessGroup] = {}
@@ -62,7 +59,7 @@ def _gather_start(x: torch.Tensor, group) -> tuple[torch.Tensor, object]:
     """Async all-gather of x (n0, ...) -> ((cp, n0, ...) buffer, work); wait before reading."""
     cp = dist.get_world_size(group)
     out = torch.empty((cp * x.shape[0],) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-    work = _all_gather_single(out, x.contiguous(), group=group, async_op=True)
+    work = all_gather_single(out, x.contiguous(), group=group, async_op=True)
     return out.view((cp,) + tuple(x.shape)), work
 
 
@@ -286,7 +283,7 @@ def _scatter_start(g: torch.Tensor, group) -> tuple[torch.Tensor, object]:
     per_rank = torch.cat([torch.cat([chunks[s], chunks[2 * cp - 1 - s]], dim=2)
                           for s in range(cp)])  # (cp * n, B, 2c, H, D), rank-major
     out = torch.empty((g.shape[0],) + tuple(per_rank.shape[1:]), dtype=g.dtype, device=g.device)
-    work = _reduce_scatter_single(out, per_rank, group=group, async_op=True)
+    work = reduce_scatter_single(out, per_rank, group=group, async_op=True)
     return out, work
 
 

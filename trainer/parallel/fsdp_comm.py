@@ -24,6 +24,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from trainer.parallel.collectives import all_gather_single, reduce_scatter_single
+
 logger = logging.getLogger("titankit")
 
 AG_KEY, RS_KEY = "parallelism.fsdp_all_gather", "parallelism.fsdp_reduce_scatter"
@@ -113,7 +115,7 @@ def make_symmetric_all_gather():
             # the buffer's segment is registered with the group once, later calls find it.
             symm_mem.rendezvous(output_tensor, group=group.group_name)
             self.calls += 1
-            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+            return all_gather_single(output_tensor, input_tensor, group=group, async_op=async_op)
 
     return SymmetricMemoryAllGather(symm_mem)
 
@@ -128,7 +130,7 @@ def make_symmetric_reduce_scatter():
             symm_mem.rendezvous(input_tensor, group=group.group_name)
             symm_mem.rendezvous(output_tensor, group=group.group_name)
             self.calls += 1
-            return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+            return reduce_scatter_single(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
 
     return SymmetricMemoryReduceScatter(symm_mem)
 
