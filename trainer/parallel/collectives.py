@@ -1,8 +1,8 @@
 """The single-tensor collectives under the name each supported PyTorch prefers.
 
-torch 2.13 added `all_gather_single` and `reduce_scatter_single`, and 2.14 deprecates the old
-`all_gather_into_tensor` and `reduce_scatter_tensor` (a FutureWarning per call); 2.11 has only the
-old names. Same arguments either way.
+torch 2.13 and 2.14 have `all_gather_single` and `reduce_scatter_single`, and 2.14 deprecates the
+old `all_gather_into_tensor` and `reduce_scatter_tensor` (a FutureWarning); 2.11 has only the old
+names. Same arguments either way.
 """
 import torch.distributed as dist
 
