@@ -96,6 +96,7 @@ def test_the_symmetric_objects_register_their_buffers_then_call_nccl(monkeypatch
     1-rank gloo group (the real pool needs CUDA: probe_copy_engine_object.py of 2g ran it on an H200)."""
     import contextlib
     import types
+    import warnings
 
     from torch.distributed import ReduceOp
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
@@ -107,7 +108,8 @@ def test_the_symmetric_objects_register_their_buffers_then_call_nccl(monkeypatch
         rendezvous=lambda t, group: seen["registered"].append((t.data_ptr(), group)))
     monkeypatch.setattr(fsdp_comm, "_fsdp_api", lambda: (AllGather, ReduceScatter, fake))
     monkeypatch.setattr(torch.cuda, "use_mem_pool", lambda pool: contextlib.nullcontext())
-    with one_rank_group():
+    with one_rank_group(), warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # torch 2.14 deprecates the old collective names
         group = torch.distributed.group.WORLD
         gather, scatter = fsdp_comm.make_symmetric_all_gather(), fsdp_comm.make_symmetric_reduce_scatter()
         assert seen["backend"] == ["NCCL", "NCCL"]
