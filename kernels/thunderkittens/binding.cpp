@@ -88,6 +88,12 @@ std::tuple<int64_t, int64_t> fp8_gemm_rowwise_workspace(int64_t m, int64_t n, in
     return {ws.partials, ws.flags};
 }
 
+std::tuple<int64_t, int64_t> fp8_gemm_rowwise_plan(int64_t m, int64_t n, int64_t k) {
+    const auto p = titankit_tk::fp8_gemm_rowwise_plan(static_cast<int>(m), static_cast<int>(n),
+                                                      static_cast<int>(k));
+    return {p.grid, p.sk_tiles};
+}
+
 void fp8_gemm_rowwise(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& scale_a,
                       const torch::Tensor& scale_b, torch::Tensor& c,
                       const std::optional<torch::Tensor>& partials,
@@ -131,6 +137,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           "CTAs per (KV head, key block) of the backward; > 1 needs the dkv_acc workspace");
     m.def("attn_bwd_lock_count", &titankit_tk::attn_bwd_lock_count,
           "int32 counters of the deterministic backward's locks workspace");
+    m.def("fp8_gemm_rowwise_plan", &fp8_gemm_rowwise_plan,
+          "(CTAs, stream-K tiles) the fp8 GEMM launches for (M, N, K) on the current device");
     m.def("fp8_gemm_rowwise_workspace", &fp8_gemm_rowwise_workspace,
           "(fp32 partials, int32 flags) element counts of the fp8 GEMM's stream-K workspace");
     m.def("fp8_gemm_rowwise", &fp8_gemm_rowwise,

@@ -21,11 +21,20 @@
 //     consumers' warp samples (Nsight Compute on an H200), with no wgmma in flight. Split, the
 //     kernel reached 98-100% of cuBLAS at 8192^3 (docs/benchmarks.md section 5a).
 //
-// Stream-K tail (CUTLASS's data-parallel + stream-K hybrid): when the tile count is not a multiple
-// of the grid, the last wave would leave SMs idle (8192^3: 2048 tiles = 15.5 waves on 132 SMs, the
-// 16th runs 68 tiles). So the first tiles - sk_tiles tiles go round-robin as whole tiles, and the K
-// slices of the last sk_tiles = tiles % grid + grid tiles (the last full wave plus the partial one)
-// are split evenly over all CTAs, each taking one contiguous range of (tile, K slice) pairs.
+// Grid and stream-K tail (make_plan). A tile count that is a whole number of waves on a few SMs
+// fewer than the GPU has runs on that many CTAs: 8192^3's 2048 tiles are 16 waves of 128 CTAs on
+// the 132 SMs of an H200. Four idle SMs cost less than the half-empty 16th wave of 132 CTAs: 128
+// busy SMs run faster than 132 (under the 700 W cap they may clock higher; they also share L2
+// among fewer; not separated), and that beat the previous plan by 0-7% at three model shapes
+// (docs/benchmarks.md 5p). Other counts run data-parallel on all SMs, except when
+// a small remainder of tiles would leave a second wave nearly empty: then (CUTLASS's
+// data-parallel + stream-K hybrid) the first tiles - sk_tiles tiles go round-robin as whole tiles,
+// and the K slices of the last sk_tiles = tiles % grid + grid tiles (the last full wave plus the
+// partial one; under that rule, every tile) are split evenly over all CTAs, each taking one
+// contiguous range of (tile, K slice) pairs. Stream-K CTAs read different K slices of different
+// tiles at once, so fewer fills hit L2 (a guess, not measured); in 5p it cost 0.4-0.6 of a tile's
+// time at K = 8192 and about one tile at K = 28672, more than a data-parallel tail loses unless
+// that tail is a small part of a wave.
 //   - Every CTA's share is longer than a tile (sk_tiles > grid), so a tile is split in at most two
 //     pieces: its start (the end of CTA i's range) and its end (the start of CTA i + 1's range).
 //   - CTA i + 1 does that end piece first in its range: it writes the fp32 accumulator to its slot
@@ -42,8 +51,8 @@
 //     in the last bits, by the order of the fp32 additions).
 //   - Flags must be zero at launch: the caller zeroes them on the launch stream (ops.py: a
 //     torch.zeros, one memset, graph-capturable); a kernel-side reset could race with the waits.
-//   Not used when tiles <= grid, tiles % grid == 0, or when the idle part of the last wave is worth
-//   fewer K slices than the fixup costs (SK_FIXUP_SLICES).
+//   Used only where make_plan says (SK_MAX_TAIL_DIV, SK_MAX_K_SLICES), and not when the idle part
+//   of the last wave is worth fewer K slices than the fixup costs (SK_FIXUP_SLICES).
 // Shapes: K % 128 == 0, N % 64 == 0, any M.
 #include "tk_common.cuh"
 #include "tk_kernels.h"
@@ -57,11 +66,14 @@ constexpr int BM = 128, BN = 256, BK = 128, STAGES = 4, CONSUMERS = 2;
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int SUPER_M = 16;  // M tiles per group of the tile order (L2 reuse of B)
 constexpr int C_CHUNK = 64;  // epilogue column chunk
-// Stream-K overhead per CTA in K slices of MMA time (~0.8 us each): one 128 KB fp32 partial
-// written to L2 and one read back, plus the caller's flag memset. Stream-K runs only when the idle
-// SMs of the last wave would waste more. On an H200, tiles = SMs + 1 ran 7% slower stream-K than
-// data-parallel with 8 slices per tile (an estimated gain of 7.9 slices), 30% faster with 32.
+// Stream-K overhead per CTA in K slices of MMA time (~0.8 us each) at the least: one 128 KB fp32
+// partial written to L2 and one read back, plus the caller's flag memset. On an H200, tiles = SMs +
+// 1 ran 7% slower stream-K than data-parallel with 8 slices per tile, 30% faster with 32.
 constexpr int SK_FIXUP_SLICES = 8;
+// When stream-K runs at all (make_plan; docs/benchmarks.md 5p): a second wave that is at most a
+// quarter full, and K loops of at most 64 slices. At 1.5 waves it lost 4-5% at K = 8192 and 22% at
+// K = 28672 to data-parallel, and at 15.5-16.2 waves 0-5%; at 1.06 waves (K = 8192) it won 34%.
+constexpr int SK_MAX_TAIL_DIV = 4, SK_MAX_K_SLICES = 64;
 
 using a_tile = st_fp8e4m3<64, BK>;
 using b_tile = st_fp8e4m3<BN, BK>;
@@ -330,19 +342,31 @@ struct plan {
 plan make_plan(int m, int n, int k) {
     const int tiles = ((m + BM - 1) / BM) * ((n + BN - 1) / BN), k_iters = k / BK;
     const int sms = detail::num_sms();
-    plan p{tiles < sms ? tiles : sms, 0};
-    const int rem = tiles % p.grid;
-    // Data-parallel, the last wave idles (grid - rem) / grid of k_iters slices per CTA; stream-K
-    // recovers that for about SK_FIXUP_SLICES per CTA.
-    if (tiles > p.grid && rem != 0 &&
-        (long long)(p.grid - rem) * k_iters > (long long)SK_FIXUP_SLICES * p.grid &&
-        (long long)(rem + p.grid) * k_iters * p.grid < (1LL << 31)) {  // for_each_unit's int math
-        p.sk_tiles = rem + p.grid;  // > grid: every CTA's share exceeds a tile (two pieces max)
+    if (tiles <= sms) return {tiles, 0};
+    // Whole waves on up to 5% fewer SMs (on 132: 126-132 CTAs).
+    for (int g = sms; g * 20 >= sms * 19; g--) {
+        if (tiles % g == 0) return {g, 0};
+    }
+    plan p{sms, 0};
+    const int rem = tiles % sms;
+    // Data-parallel, the last wave idles (sms - rem) / sms of k_iters slices per CTA; stream-K
+    // recovers that for its overhead (SK_FIXUP_SLICES at the least).
+    if (tiles < 2 * sms && rem * SK_MAX_TAIL_DIV <= sms && k_iters <= SK_MAX_K_SLICES &&
+        (long long)(sms - rem) * k_iters > (long long)SK_FIXUP_SLICES * sms &&
+        (long long)(rem + sms) * k_iters * sms < (1LL << 31)) {  // for_each_unit's int math
+        p.sk_tiles = rem + sms;  // > grid: every CTA's share exceeds a tile (two pieces max)
     }
     return p;
 }
 
 }  // namespace fp8gemm
+
+Fp8GemmPlan fp8_gemm_rowwise_plan(int m, int n, int k) {
+    using namespace fp8gemm;
+    if (m <= 0 || n <= 0 || k <= 0) return {0, 0};
+    const plan p = make_plan(m, n, k);
+    return {p.grid, p.sk_tiles};
+}
 
 Fp8GemmWorkspace fp8_gemm_rowwise_workspace(int m, int n, int k) {
     using namespace fp8gemm;

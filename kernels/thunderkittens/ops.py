@@ -18,8 +18,9 @@ The FP8 GEMM computes c (M, N) bf16 = (a (M, K) @ b (N, K)^T) * scale_a * scale_
 (both K-major), scale_a (M, 1) and scale_b (1, N) fp32 (one-element scales are broadcast), with
 K % 128 == 0, N % 64 == 0 and any M. It
 accumulates in the tensor cores' fp32 accumulators without periodic promotion, i.e. with the
-numerics of torch._scaled_mm(..., use_fast_accum=True). Shapes whose tiles leave a partial last
-wave split the K loop of the last tiles over all SMs (stream-K, a workspace allocated here); the
+numerics of torch._scaled_mm(..., use_fast_accum=True). Tile counts that are whole waves on up
+to 5% fewer CTAs than SMs run on that many; shapes whose second wave would be nearly empty split
+the K loop of the last tiles over all SMs (stream-K, a workspace allocated here). Either way the
 results stay bitwise reproducible run to run on a given GPU model.
 
 Nothing here builds at import: the extension is compiled on the first call (build.py).

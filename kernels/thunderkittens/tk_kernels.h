@@ -16,11 +16,18 @@ namespace titankit_tk {
 // scale_a (M,) and scale_b (N,) fp32; with `tensorwise`, one element each (scale_a[0], scale_b[0]).
 // Needs K % 128 == 0 and N % 64 == 0 (whole 128-byte TMA swizzle chunks); any M (the tail is
 // zero-filled on loads and clipped on the store).
-// When the tile count leaves a partial last wave, the kernel splits the K loop of its last tiles
-// over all SMs (stream-K) and needs a workspace, sized by fp8_gemm_rowwise_workspace for the same
-// shape on the same device: `partials` fp32 (uninitialised is fine) and `flags` int32, which must
-// be zero at launch (zero them on `stream` just before, e.g. one memset). Both sizes 0: plain
-// data-parallel, null pointers are fine.
+// When a small partial wave would follow the last full one, the kernel splits the K loop of its
+// last tiles over all SMs (stream-K) and needs a workspace, sized by fp8_gemm_rowwise_workspace
+// for the same shape on the same device: `partials` fp32 (uninitialised is fine) and `flags`
+// int32, which must be zero at launch (zero them on `stream` just before, e.g. one memset). Both
+// sizes 0: plain data-parallel, null pointers are fine.
+// fp8_gemm_rowwise_plan: the launch for a shape on the current device, `grid` CTAs (one per SM at
+// most) and the tiles at the end of the tile order whose K loops stream-K splits (0: none).
+struct Fp8GemmPlan {
+    int grid;
+    int sk_tiles;
+};
+Fp8GemmPlan fp8_gemm_rowwise_plan(int m, int n, int k);
 struct Fp8GemmWorkspace {
     int64_t partials;  // fp32 elements
     int64_t flags;     // int32 elements

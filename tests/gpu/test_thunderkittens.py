@@ -378,16 +378,20 @@ def _fp8_operands(m, n, k, seed):
     return qx, sx, qw, sw.reshape(1, n), (qx.float() * sx) @ (qw.float() * sw).t()
 
 
-# Shapes around the stream-K tail, as functions of the SM count (grid = min(tiles, SMs); tiles are
-# 128 x 256, K slices 128). The split gives every CTA more than one tile of K slices, so a tile is
-# cut in at most two pieces (a start finished by CTA i, an end handed over by CTA i + 1); the
+# Shapes around the grid plan and the stream-K tail, as functions of the SM count (tiles are
+# 128 x 256, K slices 128). Stream-K runs only when a second wave would be at most a quarter full
+# and K is at most 64 slices. The split gives every CTA more than one tile of K slices, so a tile
+# is cut in at most two pieces (a start finished by CTA i, an end handed over by CTA i + 1); the
 # K = 2048 case makes those pieces as uneven as they get (1 to 15 of 16 slices, the fewest K slices
 # per tile for which stream-K still runs when tiles = SMs + 1).
 STREAM_K_GEMMS = [  # id, (M, N, K) from the SM count, stream-K expected (None: depends on the GPU)
     pytest.param(lambda sms: (8192, 8192, 8192), None, id="8192^3"),
     pytest.param(lambda sms: (128 * (sms + 1), 256, 4096), True, id="tiles=SMs+1"),
     pytest.param(lambda sms: (128 * (sms + 1), 256, 2048), True, id="tiles=SMs+1-K16slices"),
-    pytest.param(lambda sms: (128 * sms + 77, 512, 2048), True, id="tiles=2SMs+2-M-tail"),
+    pytest.param(lambda sms: (128 * (sms // 2 + 2) + 77, 512, 2048), True, id="tiles=SMs+6-M-tail"),
+    pytest.param(lambda sms: (128 * sms + 77, 512, 2048), False, id="tiles=2SMs+2-M-tail"),
+    pytest.param(lambda sms: (128 * (sms + 1), 256, 128 * 65), False, id="tiles=SMs+1-K65slices"),
+    pytest.param(lambda sms: (128 * (sms - 1), 512, 2048), False, id="tiles=2(SMs-1)"),
     pytest.param(lambda sms: (128 * 2 * sms, 256, 4096), False, id="tiles=2SMs"),
     pytest.param(lambda sms: (1000, 2048, 2048), False, id="tiles<SMs"),
 ]
@@ -407,6 +411,22 @@ def _worst_tile_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def _sms() -> int:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def test_fp8_gemm_plan():
+    """Whole waves on up to 5% fewer CTAs than SMs, else all SMs; stream-K only for a small tail
+    of a short-K GEMM (docs/benchmarks.md 5p measured each rule on an H200)."""
+    sms, plan = _sms(), build.extension().fp8_gemm_rowwise_plan
+    assert tuple(plan(128 * (sms - 1), 512, 4096)) == (sms - 1, 0)  # 2 waves of SMs - 1
+    assert tuple(plan(128 * 2 * sms, 256, 4096)) == (sms, 0)
+    assert tuple(plan(1000, 2048, 2048)) == (64, 0)  # 8 x 8 tiles, one partial wave
+    assert tuple(plan(128 * (sms + 1), 256, 4096)) == (sms, sms + 1)  # tail of 1: stream-K
+    assert tuple(plan(128 * (sms + 1), 256, 128 * 65)) == (sms, 0)  # K of 65 slices: not
+    assert tuple(plan(128 * (sms + sms // 2), 256, 4096)) == (sms, 0)  # half-full tail: not
+    if sms == 132:  # H100 / H200 SXM: the model shapes are 16 or 28 waves of 128 CTAs
+        assert tuple(plan(8192, 8192, 8192)) == (128, 0)
+        assert tuple(plan(8192, 14336, 4096)) == (128, 0)
+        assert tuple(plan(8192, 8192, 28672)) == (128, 0)
 
 
 @pytest.mark.parametrize("shape,stream_k", STREAM_K_GEMMS)
