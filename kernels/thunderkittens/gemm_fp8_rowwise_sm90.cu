@@ -335,11 +335,8 @@ __global__ __launch_bounds__(THREADS, 1) void gemm_kernel(const __grid_constant_
     if (tid == 0) tma::store_async_read_wait<0>();
 }
 
-struct plan {
-    int grid, sk_tiles;
-};
-
-plan make_plan(int m, int n, int k) {
+// The launch for (m, n, k) on this device (Fp8GemmPlan, tk_kernels.h).
+Fp8GemmPlan make_plan(int m, int n, int k) {
     const int tiles = ((m + BM - 1) / BM) * ((n + BN - 1) / BN), k_iters = k / BK;
     const int sms = detail::num_sms();
     if (tiles <= sms) return {tiles, 0};
@@ -347,7 +344,7 @@ plan make_plan(int m, int n, int k) {
     for (int g = sms; g * 20 >= sms * 19; g--) {
         if (tiles % g == 0) return {g, 0};
     }
-    plan p{sms, 0};
+    Fp8GemmPlan p{sms, 0};
     const int rem = tiles % sms;
     // Data-parallel, the last wave idles (sms - rem) / sms of k_iters slices per CTA; stream-K
     // recovers that for its overhead (SK_FIXUP_SLICES at the least).
@@ -362,16 +359,13 @@ plan make_plan(int m, int n, int k) {
 }  // namespace fp8gemm
 
 Fp8GemmPlan fp8_gemm_rowwise_plan(int m, int n, int k) {
-    using namespace fp8gemm;
     if (m <= 0 || n <= 0 || k <= 0) return {0, 0};
-    const plan p = make_plan(m, n, k);
-    return {p.grid, p.sk_tiles};
+    return fp8gemm::make_plan(m, n, k);
 }
 
 Fp8GemmWorkspace fp8_gemm_rowwise_workspace(int m, int n, int k) {
     using namespace fp8gemm;
-    if (m <= 0 || n <= 0 || k <= 0) return {0, 0};
-    const plan p = make_plan(m, n, k);
+    const Fp8GemmPlan p = fp8_gemm_rowwise_plan(m, n, k);
     if (p.sk_tiles == 0) return {0, 0};
     return {(int64_t)p.grid * CONSUMERS * SLOT_FLOAT4 * 4, (int64_t)p.grid * CONSUMERS + 1};
 }
@@ -385,7 +379,7 @@ void fp8_gemm_rowwise(const void* a, const void* b, const float* scale_a, const 
     // K (A/B rows of 128 e4m3) and N (C rows of 64 bf16) must be whole chunks; M is free.
     detail::require(k % 128 == 0, "fp8_gemm_rowwise: K must be a multiple of 128");
     detail::require(n % 64 == 0, "fp8_gemm_rowwise: N must be a multiple of 64");
-    const plan p = make_plan(m, n, k);
+    const Fp8GemmPlan p = make_plan(m, n, k);
     detail::require(p.sk_tiles == 0 || (partials != nullptr && flags != nullptr),
                     "fp8_gemm_rowwise: this shape needs the stream-K workspace "
                     "(fp8_gemm_rowwise_workspace)");
