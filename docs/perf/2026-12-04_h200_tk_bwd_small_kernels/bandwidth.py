@@ -1,11 +1,13 @@
-"""What the H200 reaches on plain memory passes of 4zg's sizes, timed like the bench (do_bench,
-L2 flushed): the read-only reduction over 268 MB that the prep kernel's reads amount to, a 268 MB
-fp32 -> 134 MB bf16 conversion (the dQ conversion's bytes) and a 268 MB zero fill (the memset).
+"""What the H200 reaches on plain memory passes of 4zg's sizes, timed by the bench's own timer
+(kernels.thunderkittens.bench._time: do_bench's median, L2 flushed): the read-only reduction over
+268 MB that the prep kernel's reads amount to, a 268 MB fp32 -> 134 MB bf16 conversion (the dQ
+conversion's bytes) and a 268 MB zero fill (the memset). (Call 6 ran it with do_bench's mean.)
 
   python3 docs/perf/2026-12-04_h200_tk_bwd_small_kernels/bandwidth.py
 """
 import torch
-from triton.testing import do_bench
+
+from kernels.thunderkittens import bench as B
 
 
 def main():
@@ -26,7 +28,7 @@ def main():
     print("| pass | us | TB/s |")
     print("|---|---|---|")
     for name, fn, nbytes in rows:
-        ms = do_bench(fn, warmup=25, rep=200)
+        ms = B._time(fn)
         print(f"| {name} | {ms * 1e3:.1f} | {nbytes / ms / 1e9:.2f} |")
 
 
