@@ -19,9 +19,10 @@ def device_us(evt):
     return getattr(evt, "self_device_time_total", None) or getattr(evt, "self_cuda_time_total", 0.0)
 
 
-def main():
-    shapes = sys.argv[1].split(",") if len(sys.argv) > 1 else ["anchor"]
-    iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    shapes = argv[0].split(",") if len(argv) > 0 else ["anchor"]
+    iters = int(argv[1]) if len(argv) > 1 else 20
     for name in shapes:
         b, hq, hkv, s, d = B.ATTN_SHAPES[name]
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -57,6 +58,17 @@ def main():
             tf = f"{flops / per / 1e6:.0f}" if flops else ""
             print(f"| `{kname}` | {count / iters:g} | {per:.1f} | {per / (ms * 1e3):.1%} | {tf} |")
         print(f"| (not in a kernel: launch gaps) | | {ms * 1e3 - total:.1f} | {1 - total / (ms * 1e3):.1%} | |")
+
+
+def profile_each(exts, shape="anchor", iters=20):
+    """main's profile of `shape` under each build (name -> extension, A/B scripts' edited builds) in
+    turn, each under a `### name` heading; leaves the last build installed."""
+    from kernels.thunderkittens import build
+
+    for name, ext in exts.items():
+        build._EXTENSION = ext
+        print(f"\n### {name}", flush=True)
+        main([shape, str(iters)])
 
 
 if __name__ == "__main__":

@@ -45,11 +45,7 @@ def main():
     exts["il, early"] = edited_extension("titankit_tk_early", early_edit)
     print(f"two more builds {time.time() - t0:.0f} s", flush=True)
     attention_ab(exts, rounds, cooldown)
-    for name, ext in exts.items():
-        build._EXTENSION = ext
-        print(f"\n### {name}", flush=True)
-        sys.argv = ["kernel_times", "anchor", "20"]
-        kernel_times.main()
+    kernel_times.profile_each(exts)
     build._EXTENSION = exts["il"]
 
 

@@ -43,11 +43,7 @@ def main():
     exts["head"] = edited_extension("titankit_tk_head", lambda f, t: head if f == BWD else t)
     exts["new, memset"] = edited_extension("titankit_tk_memset", memset_edit)
     print(f"two more builds {time.time() - t0:.0f} s", flush=True)
-    for name, ext in exts.items():
-        build._EXTENSION = ext
-        print(f"\n### {name}", flush=True)
-        sys.argv = ["kernel_times", "anchor", "20"]
-        kernel_times.main()
+    kernel_times.profile_each(exts)
     print(flush=True)
     attention_ab(exts, rounds, cooldown)
 

@@ -3,8 +3,8 @@ by side. `slack 8` (the working tree: a row's maximum moves only once the scores
 than 2^8; else corr = 1 and, when all of a warp's rows keep theirs, the warp skips the rescale),
 `slack 0` (the same code with RESCALE_SLACK = 0: a maximum moves whenever it grows, as in head; the
 rescale is skipped only when no row's maximum grew. Written expecting head's bits; call 1 found
-them different, see docs/benchmarks.md 4zi) and `head` (the
-forward as it was, from the file given). alloc_ab's forward and forward+backward rounds, builds
+them different, see docs/benchmarks.md 4zi) and `head` (the forward as it was, from the file
+given). alloc_ab's forward and forward+backward rounds, builds
 rotated (its checks: slack 0 against head), then slack 8's largest output and LSE differences
 from head, then each build's per-kernel profile of the anchor step.
 
@@ -17,11 +17,14 @@ from pathlib import Path
 
 import torch
 
-# The column-load probe's script sets up the shared A/B helpers (alloc_ab, kernel_times).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "2026-12-04_h200_tk_bwd_col_loads"))
-from ab import attention_ab, build, edited_extension, kernel_times  # noqa: E402
+from kernels.thunderkittens import bench as B
+from kernels.thunderkittens import build
 
-from kernels.thunderkittens import bench as B  # noqa: E402
+PERF = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PERF / "2026-12-02_h200_tk_smem_allocator"))
+sys.path.insert(0, str(PERF / "2026-12-04_h200_recheck_fp8_training"))
+import kernel_times  # noqa: E402
+from alloc_ab import attention_ab, edited_extension  # noqa: E402
 
 FWD = "attention_fwd_sm90.cu"
 SLACK8 = "constexpr float RESCALE_SLACK = 8.f;"
@@ -55,11 +58,7 @@ def main():
         (o8, l8), (oh, lh) = res["slack 8"], res["head"]
         print(f"| {shape} | {(o8.float() - oh.float()).abs().max().item():.2e} | "
               f"{(l8 - lh).abs().max().item():.2e} | {oh.float().abs().max().item():.2f} |", flush=True)
-    for name, ext in exts.items():
-        build._EXTENSION = ext
-        print(f"\n### {name}", flush=True)
-        sys.argv = ["kernel_times", "anchor", "20"]
-        kernel_times.main()
+    kernel_times.profile_each(exts)
     build._EXTENSION = exts["slack 8"]
 
 
