@@ -1,6 +1,7 @@
 # Call 3: three runs per attention backend of call 2's setup (16-layer 8B, one H200, 50 steps), in
 # alternation, every step's metrics kept, for the pairwise spread within and across backends.
-#   bash docs/perf/2026-12-04_h200_tk_bwd_small_kernels/call3.sh; then curves.py on the runs
+#   bash docs/perf/2026-12-04_h200_tk_bwd_small_kernels/call3.sh; the table of section 7 from its
+#   runs: docs/perf/2026-12-04_h200_tk_loss_curves_slack8/curves.py (written later, session 47)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=$PWD THUNDERKITTENS_ROOT=$PWD/.tk PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 { date -u; sha256sum kernels/thunderkittens/*.cu kernels/thunderkittens/*.cuh kernels/thunderkittens/*.cpp kernels/thunderkittens/*.h; } > $OUT/call3_date.txt
