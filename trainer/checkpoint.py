@@ -84,6 +84,7 @@ from trainer.checkpoint_memory import (
 )
 from trainer.data import identity as stream_id
 from trainer.log import logger
+from trainer.optim import config_hyperparameters, keep_config_hyperparameters
 from trainer.preemption import PreemptionWatcher
 
 FULL_SECTIONS = ("optimizer", "lr_scheduler", "data", "train")
@@ -445,8 +446,10 @@ class CheckpointManager:
             logger.info(f"checkpoint: loaded the model weights of {path} in "
                         f"{time.perf_counter() - t0:.2f}s; starting at step 0")
             return
+        built = config_hyperparameters(t.optimizer, t.lr_scheduler)
         set_optimizer_state_dict(t.model, t.optimizer, state["optimizer"])
         t.lr_scheduler.load_state_dict(pickle.loads(state["lr_scheduler"]))
+        changed = keep_config_hyperparameters(t.optimizer, t.lr_scheduler, built)
         t.stream.load_state_dict(data)
         t.step = int(train["step"])
         t.tokens_seen = int(train["tokens_seen"])
@@ -460,6 +463,9 @@ class CheckpointManager:
         if self.rank == 0 and saved_world and saved_world != self.world_size:
             logger.warning(f"checkpoint {path} was saved on {saved_world} ranks and is loaded on "
                            f"{self.world_size}: weights and optimizer state are resharded")
+        if changed and self.rank == 0:
+            logger.warning(f"checkpoint: this config's optimizer settings differ from those {path} was "
+                           f"saved with and apply from step {t.step + 1} on: " + "; ".join(changed))
         self._last_saved = t.step  # never rewrite the folder this run started from
         logger.info(f"checkpoint: resumed from {path} (step {t.step}, {t.tokens_seen:,} tokens "
                     f"seen, data at sample {t.stream.state_dict()}) in {time.perf_counter() - t0:.2f}s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import warnings
@@ -97,6 +98,63 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
     # LambdaLR calls the lambda with its own counter starting at 0 for the first step's lr.
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: lr_factor(i + 1, total_steps, cfg))
+
+
+# Param-group keys that say how AdamW runs, not what it computes: restored without a message.
+_IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
+_CONFIG_KEYS = {"weight_decay": "optimizer.weight_decay", "betas": "optimizer.beta1 / beta2",
+                "eps": "optimizer.eps"}
+
+
+def config_hyperparameters(optimizer: torch.optim.Optimizer,
+                           scheduler: torch.optim.lr_scheduler.LRScheduler) -> dict:
+    """The hyperparameters this run built from its config, taken before a checkpoint's optimizer and
+    schedule state replace them (see keep_config_hyperparameters)."""
+    groups = [{k: copy.deepcopy(v) for k, v in g.items() if k not in ("params", "lr", "initial_lr")}
+              for g in optimizer.param_groups]
+    return {"groups": groups, "base_lrs": list(scheduler.base_lrs)}
+
+
+def _plain(value):
+    """Comparable form: a checkpoint may return a tuple as a list."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def keep_config_hyperparameters(optimizer: torch.optim.Optimizer,
+                                scheduler: torch.optim.lr_scheduler.LRScheduler, built: dict) -> list[str]:
+    """After a checkpoint's optimizer and schedule state were loaded: the Adam moments and the step
+    count stay the checkpoint's, every hyperparameter is this run's config again.
+
+    Loading restores the saved param groups (lr, weight decay, betas, eps) and the schedule's peak
+    lrs, so a resume with a lower optimizer.lr, another weight decay or a longer training.steps would
+    otherwise keep the old values silently (and the first resumed step would take the lr the old
+    schedule computed for it). The lr of the next step is recomputed from this run's schedule at the
+    checkpoint's step: with an unchanged config it is the same float the checkpoint holds, so an
+    exact resume stays exact. Returns one line per value that differs from the checkpoint's.
+    """
+    changes: dict[str, tuple] = {}  # message key -> (checkpoint value, config value)
+    for group, values, base in zip(optimizer.param_groups, built["groups"], built["base_lrs"], strict=True):
+        for key, value in values.items():
+            if key not in _IMPLEMENTATION_KEYS and _plain(group.get(key)) != _plain(value):
+                changes.setdefault(_CONFIG_KEYS.get(key, f"AdamW's {key}"), (group.get(key), value))
+            group[key] = value
+        group["initial_lr"] = base
+    for old, new in zip(scheduler.base_lrs, built["base_lrs"], strict=True):
+        if old != new:
+            changes.setdefault("optimizer.lr", (old, new))
+    scheduler.base_lrs = list(built["base_lrs"])
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        lrs = [base * fn(scheduler.last_epoch) for fn, base in zip(scheduler.lr_lambdas, scheduler.base_lrs)]
+        for group, lr in zip(optimizer.param_groups, lrs):
+            if group["lr"] != lr:
+                changes.setdefault(f"the lr of the next step (step {scheduler.last_epoch + 1}; "
+                                   "optimizer.lr, training.steps, lr_scheduler)", (group["lr"], lr))
+            group["lr"] = lr
+        scheduler._last_lr = lrs
+    def show(v):
+        return f"{v:.6g}" if isinstance(v, float) else repr(v)
+
+    return [f"{name}: {show(old)} in the checkpoint, {show(new)} now" for name, (old, new) in changes.items()]
 
 
 def _placement_key(p: torch.Tensor):

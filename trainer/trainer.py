@@ -247,8 +247,10 @@ class Trainer:
         if not (math.isfinite(loss_val) and math.isfinite(norm_val)):
             raise NonFiniteError(
                 f"step {self.step}: loss {loss_val} / grad norm {norm_val} is not finite; the step "
-                "was not applied. Lower optimizer.lr, check the data, or resume from the last "
-                "checkpoint with another seed.")
+                "was not applied. Relaunch to resume from the last checkpoint with a lower "
+                "optimizer.lr (a resume applies the relaunch's optimizer settings), or check the "
+                "data (to read another sample order, a resume with another run.seed needs "
+                "checkpoint.allow_data_change = true).")
         max_norm = self.cfg.training.max_norm
         clip = max_norm / (norm_val + 1e-6) if max_norm > 0 and norm_val > max_norm else None
         clip_grads_(self.optimizer, params, clip)

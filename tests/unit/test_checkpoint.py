@@ -58,7 +58,7 @@ def identity(**changes) -> dict:
 
 
 def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, data: dict | None = None,
-                 **ckpt) -> SimpleNamespace:
+                 lr: float = 1e-2, weight_decay: float = 0.1, lr_fn=None, **ckpt) -> SimpleNamespace:
     cfg = JobConfig()
     cfg.checkpoint.enable = True
     cfg.checkpoint.interval = 1
@@ -66,8 +66,8 @@ def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, data: dict | No
         setattr(cfg.checkpoint, key, value)
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(8, hidden), nn.GELU(), nn.Linear(hidden, 4))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 / (1 + i))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_fn or (lambda i: 1.0 / (1 + i)))
     return SimpleNamespace(cfg=cfg, run_dir=run_dir, model=model, optimizer=opt,
                            lr_scheduler=sched, stream=Stream(), step=0, tokens_seen=0,
                            data_identity=identity(**(data or {})))
@@ -141,6 +141,37 @@ def test_resume_restores_everything(tmp_path):
     assert first + rest == ref  # bitwise: model, Adam moments, lr schedule and RNG all restored
     for p, q in zip(straight.model.parameters(), t2.model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_resume_applies_this_configs_optimizer_settings_and_says_so(tmp_path):
+    # A resume restores the Adam moments and the step; lr, weight decay and the schedule's shape are
+    # the relaunch's config (lowering the lr after a spike is the usual reason to change them).
+    t, mgr = start(tmp_path, interval=3)
+    run(t, 3, mgr)
+    mgr.close()
+    moments = {k: v["exp_avg"].clone() for k, v in t.optimizer.state.items()}
+    with captured_warnings() as same:
+        t2, mgr2 = start(tmp_path, interval=3)
+    mgr2.close()
+    assert not [w for w in same if "optimizer settings" in w]  # nothing changed, nothing said
+    assert t2.optimizer.param_groups[0]["lr"] == t.optimizer.param_groups[0]["lr"]  # same float
+
+    with captured_warnings() as changed:
+        t3, mgr3 = start(tmp_path, interval=3, lr=5e-3, weight_decay=0.5, lr_fn=lambda i: 3.0 / (1 + i))
+    group = t3.optimizer.param_groups[0]
+    assert t3.step == 3 and group["weight_decay"] == 0.5 and group["initial_lr"] == 5e-3
+    assert group["lr"] == 5e-3 * 3.0 / 4  # this config's lr and schedule at step 4, not the saved 1e-2 / 4
+    assert t3.lr_scheduler.get_last_lr() == [group["lr"]]
+    for p, saved in zip(t3.optimizer.state.values(), moments.values()):
+        assert torch.equal(p["exp_avg"], saved)  # the moments are the checkpoint's
+    [msg] = [w for w in changed if "optimizer settings" in w]
+    assert "apply from step 4" in msg
+    assert "optimizer.lr: 0.01 in the checkpoint, 0.005 now" in msg
+    assert "optimizer.weight_decay: 0.1 in the checkpoint, 0.5 now" in msg
+    assert f"the lr of the next step (step 4; optimizer.lr, training.steps, lr_scheduler): 0.0025 in the checkpoint, 0.00375 now" in msg
+    run(t3, 1, mgr3)
+    assert t3.optimizer.param_groups[0]["lr"] == 5e-3 * 3.0 / 5  # the schedule goes on from there
+    mgr3.close()
 
 
 def test_rng_roundtrip(tmp_path):
