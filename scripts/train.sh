@@ -31,7 +31,7 @@ fi
 # script traps both and signals the ranks itself, and torchrun starts with SIGUSR1 ignored: Slurm's
 # `--signal=USR1@T` (no B:) signals every process of the step at once, torchrun included. An ignored
 # signal stays ignored across exec and in torchrun's children, so a rank ignores SIGUSR1 too until
-# trainer/preemption.py installs its handler.
+# trainer/train.py installs its handler (its first step; the signals of the start-up are kept).
 ( trap '' USR1; exec "$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
   ${MAX_RESTARTS:+--max-restarts=$MAX_RESTARTS} \
   -m trainer.train --config "$CONFIG" "$@" ) &

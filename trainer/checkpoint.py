@@ -289,7 +289,8 @@ class CheckpointManager:
         self._start_step = 0
         self._swept = False
         self._rewind: dict[str, Any] | None = None
-        self.watcher = PreemptionWatcher() if self.enabled else None
+        # The trainer's watcher when it has one: it has been recording since the process started.
+        self.watcher = (getattr(trainer, "preemption", None) or PreemptionWatcher()) if self.enabled else None
 
     # ---- start = resume ------------------------------------------------------------------------
     def load(self) -> None:

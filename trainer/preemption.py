@@ -11,7 +11,8 @@ torchrun starts each worker in its own session and forwards SIGTERM to them when
 then exits non-zero itself, and SIGUSR1 kills it; scripts/train.sh therefore starts torchrun with
 SIGUSR1 ignored, traps both signals and forwards them to the workers directly, so that the launcher
 exits 0 once they have saved. The workers inherit the ignored SIGUSR1; installing the handler here
-replaces it.
+replaces it. trainer/train.py installs it before reading the config, so a signal during start-up
+(minutes for a large model) is recorded, and the Trainer stops before its first step.
 
 With checkpoint.enable = false nothing can be saved: the trainer still watches (a
 PreemptionWatcher of its own) and calls exit_unsaved(), which says so on rank 0 and exits every rank

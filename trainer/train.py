@@ -9,6 +9,12 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trainer.preemption import PreemptionWatcher
+
+    # First: a preemption signal during start-up (model build, checkpoint load, wandb: minutes on a
+    # large model) is kept for the first step instead of ignored (SIGUSR1 inherited as ignored from
+    # scripts/train.sh) or fatal (SIGTERM's default).
+    preemption = PreemptionWatcher()
     from trainer.config import ConfigError, load_config, validate_config
     from trainer.parallel.dims import env_world_size
 
@@ -18,13 +24,18 @@ def main(argv: list[str] | None = None) -> int:
         # Fail on an impossible layout or batch here, before any process group is started.
         dims = validate_config(cfg, env_world_size())
     except (ConfigError, ValueError) as exc:
+        preemption.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
     from trainer.distributed import destroy_distributed
     from trainer.trainer import Trainer
 
-    trainer = Trainer(cfg, dims)
+    try:
+        trainer = Trainer(cfg, dims, preemption=preemption)
+    except BaseException:
+        preemption.close()
+        raise
     try:
         trainer.train()
         trainer.close()

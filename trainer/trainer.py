@@ -79,9 +79,13 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, global_tokens: in
 
 
 class Trainer:
-    def __init__(self, cfg: JobConfig, dims: ParallelDims | None = None):
-        """`dims`: the result of validate_config(cfg, world size) when the caller already ran it."""
+    def __init__(self, cfg: JobConfig, dims: ParallelDims | None = None,
+                 preemption: PreemptionWatcher | None = None):
+        """`dims`: the result of validate_config(cfg, world size) when the caller already ran it.
+        `preemption`: a watcher the caller installed earlier (trainer/train.py, before the config is
+        read); a SIGTERM / SIGUSR1 it recorded during start-up stops the run before its first step."""
         init_logging()
+        self.preemption = preemption if preemption is not None else PreemptionWatcher()
         self.cfg = cfg
         # Validation needs no process group: a bad config fails before any rank waits on another.
         self.dims = dims if dims is not None else validate_config(cfg, env_world_size())
@@ -172,7 +176,7 @@ class Trainer:
             keep_launch_config(self.run_dir, config_to_toml(cfg))
         # Without checkpoints a preemption saves nothing, but every rank still stops after the same
         # step and says why, instead of being killed mid-step (scripts/train.sh, README).
-        self.unsaved_preemption = None if cfg.checkpoint.enable else PreemptionWatcher()
+        self.unsaved_preemption = None if cfg.checkpoint.enable else self.preemption
         logger.info(f"model {cfg.model.name}/{cfg.model.flavor}: {self.n_params:,} params, "
                     f"{self.flops_per_token:.3e} FLOPs/token, grad accumulation {self.grad_accum}")
 
@@ -277,6 +281,8 @@ class Trainer:
         local_tokens = t.local_batch_size * t.seq_len * self.grad_accum  # per DP rank, pre-CP split
         self.meter.reset()
         first = True
+        if self._preempted_during_startup():
+            return
         profiler = StepProfiler(cfg, self.run_dir, self.rank, dist.get_world_size(), self.device, self.step)
         while self.step < t.steps:
             if t.gc_freq > 0 and self.step % t.gc_freq == 0:
@@ -305,6 +311,21 @@ class Trainer:
                 self.unsaved_preemption.exit_unsaved(self.step)
         profiler.close()
 
+    def _preempted_during_startup(self) -> bool:
+        """Collective: True when any rank got SIGTERM / SIGUSR1 before the first step. Nothing new
+        exists to save (the step is the loaded checkpoint's, or 0); without checkpoints the run
+        exits unsaved, as after any step."""
+        if not self.preemption.agreed():
+            return False
+        if self.unsaved_preemption is not None:
+            self.unsaved_preemption.exit_unsaved(self.step)
+        if self.rank == 0:
+            done = (f"a relaunch continues from the checkpoint of step {self.step}" if self.step
+                    else "no step was trained")
+            logger.warning(f"preemption signal during start-up: stopping before step {self.step + 1} "
+                           f"with nothing new to save ({done})")
+        return True
+
     def extra_metrics(self) -> dict[str, float]:
         """Model-specific values for the log (MoE router statistics); none for dense models."""
         fn = getattr(self.model, "metrics", None)
@@ -313,8 +334,7 @@ class Trainer:
     def close(self) -> None:
         if self.checkpointer is not None:
             self.checkpointer.close()
-        if self.unsaved_preemption is not None:
-            self.unsaved_preemption.close()
+        self.preemption.close()  # also the checkpointer's and the unsaved watcher (one object)
         self.metrics.close()
         if self.gpu_sampler is not None:
             self.gpu_sampler.close()
