@@ -25,12 +25,14 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
-from typing import NoReturn
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING, NoReturn
 
 from trainer.log import logger
+
+# torch is imported where it is used: trainer/train.py installs the watcher before anything else,
+# and importing torch first would leave a second or more of start-up unwatched.
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -56,6 +58,9 @@ class PreemptionWatcher:
 
     def agreed(self) -> bool:
         """True on every rank when any rank has received a preemption signal (a collective)."""
+        import torch
+        import torch.distributed as dist
+
         # The signal number itself is reduced, so that every rank knows one (for exit_unsaved).
         flag = torch.tensor([self.received or 0], dtype=torch.int32)
         if dist.is_initialized() and dist.get_world_size(self.group) > 1:
@@ -65,6 +70,8 @@ class PreemptionWatcher:
 
     def exit_unsaved(self, step: int) -> NoReturn:
         """After agreed() with checkpoint.enable = false: warn on rank 0, exit 128 + the signal."""
+        import torch.distributed as dist
+
         sig = signal.Signals(self.agreed_signal)
         status = 128 + sig.value
         if not dist.is_initialized() or dist.get_rank() == 0:
