@@ -2,6 +2,8 @@
 
     # a titankit step folder -> a folder LlamaForCausalLM.from_pretrained (or vLLM) loads
     python scripts/convert_checkpoint.py to-hf outputs/llama3_8b/checkpoint/step-1000 /data/my-8b-hf
+    # a run's checkpoint/ folder: its newest complete step (as checkpoint.initial_load_path reads it)
+    python scripts/convert_checkpoint.py to-hf outputs/llama3_8b/checkpoint /data/my-8b-hf
     # Hugging Face Llama-3 weights -> a step folder to start a run from (model weights only)
     python scripts/convert_checkpoint.py from-hf /data/Meta-Llama-3.1-8B /data/llama31-8b-titankit \
         --config configs/llama3_8b.toml
@@ -43,7 +45,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     sub = p.add_subparsers(dest="direction", required=True)
     to = sub.add_parser("to-hf", help="a titankit step folder -> Hugging Face safetensors + config.json")
-    to.add_argument("step", help="a complete checkpoint folder, e.g. <run>/checkpoint/step-1000")
+    to.add_argument("step", help="a complete checkpoint folder, e.g. <run>/checkpoint/step-1000, or a "
+                    "run's checkpoint/ folder (then its newest complete step-N, which is named)")
     to.add_argument("out", help="the folder to create")
     to.add_argument("--config", default="", help="the run's TOML (default: config.toml of the step's run folder)")
     to.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="dtype of the written weights")
@@ -74,6 +77,41 @@ def launch_config_of(step: Path) -> Path:
     chosen = max(before or launches, key=lambda p: p.stat().st_mtime)
     print(f"{run_dir} has {len(launches)} launch configs; {step.name} was saved under {chosen.name} "
           "(pass --config to choose another)", file=sys.stderr)
+    return chosen
+
+
+def resolve_step(path: Path) -> Path:
+    """The step folder to export: `path` itself, or, when `path` is a folder of step-N folders (a
+    run's checkpoint/), its newest complete one. This is how checkpoint.initial_load_path reads the
+    same argument (trainer/checkpoint.py _resolve_initial), so one path means one checkpoint to both
+    tools; "complete" is trainer/checkpoint_folders.py's definition (.metadata and every shard)."""
+    from trainer.checkpoint_folders import STEP_RE, complete_step_folders, incomplete_reason, list_step_folders
+
+    if not path.is_dir():
+        raise ValueError(f"{path}: no such folder; pass a step folder (<run>/checkpoint/step-N) "
+                         "or a run's checkpoint/ folder")
+    if (path / ".metadata").exists() or STEP_RE.match(path.name):
+        reason = incomplete_reason(path)
+        if reason is not None:
+            raise ValueError(f"{path} is not a complete checkpoint: {reason}")
+        return path
+    found = list_step_folders(path)
+    complete = complete_step_folders(path, warn=False)
+    if not complete:
+        if found:
+            what = "; ".join(f"{p.name}: {incomplete_reason(p)}" for _, p in found[-5:])
+            what = f"step folders found, none complete ({len(found)}, the newest 5 at most): {what}"
+        else:
+            what = "it holds no step-N folder"
+            if (path / "checkpoint").is_dir():
+                what += f" (it looks like a run folder: did you mean {path / 'checkpoint'}?)"
+        raise ValueError(f"{path} is neither a checkpoint (it has no .metadata) nor a folder with a complete "
+                         f"step-N checkpoint: {what}; pass a complete step folder, e.g. <run>/checkpoint/step-N")
+    step, chosen = complete[-1]
+    newer = [f"{p.name}: {incomplete_reason(p)}" for s, p in found if s > step]
+    print(f"{path} is a folder of checkpoints: exporting its newest complete one, {chosen.name} "
+          "(pass a step folder to export another)"
+          + "".join(f"\n  skipped the newer {n}" for n in newer), file=sys.stderr)
     return chosen
 
 
@@ -165,14 +203,12 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import save_file
 
-    from trainer.checkpoint_folders import check_model_fits, incomplete_reason, read_metadata
+    from trainer.checkpoint_folders import check_model_fits, read_metadata
     from trainer.models.hf_llama import hf_config, to_hf_name, to_hf_tensor
 
-    step, out = Path(opts.step), Path(opts.out)
+    out = Path(opts.out)
     refuse_existing(out)
-    reason = incomplete_reason(step) if step.is_dir() else "no such folder"
-    if reason is not None:
-        raise ValueError(f"{step} is not a complete checkpoint: {reason}")
+    step = resolve_step(Path(opts.step))
     config = Path(opts.config) if opts.config else launch_config_of(step)
     if not config.is_file():
         raise ValueError(f"{config}: no such file; pass --config with the TOML the run was trained with")

@@ -224,6 +224,32 @@ def test_bad_inputs_are_refused_by_name_and_leave_nothing(run, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "step-9"]  # no output, no .partial
 
 
+def test_export_of_a_checkpoint_folder_takes_its_newest_complete_step(run, tmp_path):
+    """A run's checkpoint/ folder means its newest complete step-N, as for
+    checkpoint.initial_load_path; the step used is named, and a folder with none is refused naming
+    the step folders it holds and what to pass."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(run / "src", src)
+    (src / "checkpoint" / "step-5").mkdir()  # a newer save that never finished
+    code, out = cli("to-hf", str(src / "checkpoint"), str(tmp_path / "hf"))
+    assert code == 0, out
+    assert f"{src / 'checkpoint'} is a folder of checkpoints: exporting its newest complete one, step-3" in out
+    assert "skipped the newer step-5: it has no .metadata" in out
+    assert (tmp_path / "hf" / "config.json").is_file()
+    # No complete step in it: refused, naming the folder, its step folders and what to pass.
+    shutil.rmtree(src / "checkpoint" / "step-3")
+    code, out = cli("to-hf", str(src / "checkpoint"), str(tmp_path / "hf2"))
+    assert code == 2 and f"{src / 'checkpoint'} is neither a checkpoint" in out
+    assert "step folders found, none complete (1, the newest 5 at most): step-5" in out
+    assert "pass a complete step folder" in out
+    # The run folder itself: the message points at its checkpoint/ folder.
+    code, out = cli("to-hf", str(src), str(tmp_path / "hf2"))
+    assert code == 2 and f"did you mean {src / 'checkpoint'}?" in out
+    assert not (tmp_path / "hf2").exists()
+
+
 def test_shards_stay_under_the_limit():
     sizes = {"a": 4, "b": 4, "c": 10, "d": 1}
     assert convert.plan_shards(list(sizes), sizes, 8) == [["a", "b"], ["c"], ["d"]]
