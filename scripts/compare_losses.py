@@ -21,21 +21,64 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the config check imports `trainer` from this checkout
+
+
+def train_argv(config: str, overrides: list[str], steps: int, folder: Path, name: str) -> list[str]:
+    """The trainer's arguments for one run; the config check and the launch use the same list."""
+    return ["--config", config, *overrides, f"--training.steps={steps}", "--metrics.log_freq=1",
+            "--checkpoint.enable=false", f"--run.dump_folder={folder}", f"--run.name={name}"]
+
+
+def check_config(name: str, argv: list[str], ngpu: int) -> None:
+    """Every check `trainer.train` runs before starting a process group, here in this process, so a
+    typo in --b fails in seconds instead of after run A has trained (ValueError naming the run)."""
+    from trainer.config import ConfigError, load_config, validate_config
+
+    try:
+        validate_config(load_config(argv), ngpu)
+    except (ConfigError, ValueError) as exc:
+        raise ValueError(f"run {name} (--{name} plus --common): {exc}") from None
+
+
+# Lines that say why a run died: the trainer's own (trainer/train.py prints `error: <message>` for a
+# config error) and the final line of each Python traceback (the exception and its message).
+def error_lines(output: str, limit: int = 8) -> list[str]:
+    lines = output.splitlines()
+    found: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith("error: "):
+            found.append(line)
+        elif line.startswith("Traceback (most recent call last):"):
+            rest = (l for l in lines[i + 1:] if l and not l[0].isspace())
+            last = next(rest, None)
+            # torchrun's own traceback ends in ChildFailedError, which only says a rank failed.
+            if last is not None and "ChildFailedError" not in last:
+                found.append(last)
+    unique = list(dict.fromkeys(found))  # every rank prints the same error
+    return unique[-limit:]
+
+
+def failure_message(name: str, code: int, output: str, log: Path, tail_lines: int = 25) -> str:
+    errors = error_lines(output)
+    tail = "\n".join(output.splitlines()[-tail_lines:])
+    text = f"run {name} failed (exit {code}); its whole output: {log}\n"
+    if errors:
+        text += "the error:\n" + "\n".join(f"  {e}" for e in errors) + "\n"
+    return text + f"the last {tail_lines} lines of its output:\n{tail}"
 
 
 def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, name: str,
         timeout: float) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ngpu}",
-           "-m", "trainer.train", "--config", config, *overrides, f"--training.steps={steps}",
-           "--metrics.log_freq=1", "--checkpoint.enable=false", f"--run.dump_folder={folder}",
-           f"--run.name={name}"]
+           "-m", "trainer.train", *train_argv(config, overrides, steps, folder, name)]
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                NVSHMEM_DISABLE_NVLS="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    (folder / f"{name}.log").write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+    log = folder / f"{name}.log"
+    log.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        raise RuntimeError(f"run {name} failed (exit {proc.returncode}); log: {folder / f'{name}.log'}\n"
-                           + (proc.stdout + proc.stderr)[-2000:])
+        raise RuntimeError(failure_message(name, proc.returncode, proc.stdout + proc.stderr, log))
     return read_metrics(folder / name / "metrics.jsonl")
 
 
@@ -114,9 +157,21 @@ def main(argv: list[str] | None = None) -> int:
 
         ngpu = torch.cuda.device_count() or 2
     common = shlex.split(args.common)
+    over = {"a": common + shlex.split(args.a), "b": common + shlex.split(args.b)}
+    try:
+        for name, overrides in over.items():  # both, before either trains
+            # The run folder is not checked (nothing is written); its real path comes below.
+            check_config(name, train_argv(args.config, overrides, args.steps, Path("unused"), name), ngpu)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     folder = Path(tempfile.mkdtemp(prefix="titankit_compare_"))
-    a = run(args.config, common + shlex.split(args.a), args.steps, ngpu, folder, "a", args.timeout)
-    b = run(args.config, common + shlex.split(args.b), args.steps, ngpu, folder, "b", args.timeout)
+    try:
+        a = run(args.config, over["a"], args.steps, ngpu, folder, "a", args.timeout)
+        b = run(args.config, over["b"], args.steps, ngpu, folder, "b", args.timeout)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     c = compare(a, b)
     text = (f"`{args.config}` on {ngpu} processes, {args.steps} steps; A: `{args.a or '(config)'}`, "
             f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n"

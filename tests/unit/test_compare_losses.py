@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
+import compare_losses  # noqa: E402
 from compare_losses import compare  # noqa: E402
 from tests.helpers.cpu import cpu_env
 
@@ -60,3 +61,59 @@ def test_files_mode_compares_common_steps_of_runs_of_different_length(tmp_path):
     assert "A 100, B 90" in text
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         main(["--files", str(tmp_path / "missing.jsonl"), str(fa)])
+
+
+TINY = ["--common", "--model.overrides.n_layers=1 --training.seq_len=32 --training.local_batch_size=2 "
+        "--lr_scheduler.warmup_steps=1"]
+
+
+def _no_process(*args, **kwargs):
+    raise AssertionError(f"a run was started: {args[0]}")
+
+
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_a_typo_in_either_run_fails_before_any_run_starts(which, monkeypatch, capsys):
+    """A bad override is refused in seconds, naming the run and the key, before run A trains."""
+    monkeypatch.setattr(compare_losses.subprocess, "run", _no_process)
+    monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", _no_process)
+    rc = compare_losses.main(["--config", "configs/debug.toml", "--steps", "2", "--ngpu", "2", *TINY,
+                              f"--{which}=--training.stepz=3"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith(f"error: run {which} (--{which} plus --common): command line: unknown key "
+                          "training.stepz; did you mean training.steps?"), err
+
+
+# What torchrun prints after a rank exits with a config error: its own traceback and failure table,
+# longer than any fixed tail of characters.
+TORCHRUN_NOISE = ("Traceback (most recent call last):\n  File \"run.py\", line 1019, in run\n"
+                  "    elastic_launch(\n" + "  File \"api.py\", line 383\n" * 60
+                  + "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+                  + "=" * 60 + "\ntrainer.train FAILED\n" + "  traceback : To enable traceback see\n" * 20)
+
+
+@pytest.mark.parametrize("error", [
+    "error: command line: unknown key training.stepz; did you mean training.steps?",
+    "ValueError: dataset data/shards has 1 tokens, fewer than one sample",
+])
+def test_a_failed_run_shows_its_error_line_and_log(error, tmp_path, monkeypatch, capsys):
+    if error.startswith("error:"):
+        rank_output = f"{error}\n{error}\n"  # both ranks print it
+    else:
+        rank_output = ("Traceback (most recent call last):\n  File \"trainer/train.py\", line 30\n"
+                       f"    trainer.train()\n{error}\n")
+    assert len(TORCHRUN_NOISE) > 2000
+
+    def failed(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 1, stdout="[rank0] INFO starting\n",
+                                           stderr=rank_output + TORCHRUN_NOISE)
+
+    monkeypatch.setattr(compare_losses.subprocess, "run", failed)
+    monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    rc = compare_losses.main(["--config", "configs/debug.toml", "--steps", "2", "--ngpu", "2", *TINY])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith(f"error: run a failed (exit 1); its whole output: {tmp_path / 'a.log'}\n"
+                          f"the error:\n  {error}\nthe last 25 lines of its output:\n"), err
+    assert "ChildFailedError" not in err.split("the last 25 lines")[0]
+    assert error in (tmp_path / "a.log").read_text()
