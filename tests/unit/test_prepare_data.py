@@ -143,6 +143,50 @@ def test_cli(tmp_path, capsys):
     assert rc == 2 and "missing.txt" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name,content,tokens", [
+    ("empty.txt", "", 1),  # one empty document: its EOS only
+    ("empty.jsonl", "", 0),
+    ("nulls.jsonl", '{"text": null}\n\n', 0),
+    ("blank.jsonl", '{"text": ""}\n', 1),
+])
+def test_inputs_too_small_to_train_are_refused_and_leave_no_folder(tmp_path, capsys, name, content, tokens):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prepare_data
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    src = tmp_path / name
+    src.write_text(content)
+    out = tmp_path / "out"
+    rc = prepare_data.main(["--input", str(src), "--output", str(out), "--workers", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"--input {src} (1 file(s): {src}) gave {tokens} token(s)" in err, err
+    assert "training needs at least training.seq_len + 1 tokens" in err
+    assert not out.exists()  # nothing a training run could mistake for a dataset
+
+
+def test_too_few_tokens_into_an_existing_folder_keeps_what_was_there(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("the user's")
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match=r"gave 1 token\(s\) from 1 document\(s\)"):
+        prepare([str(tmp_path / "empty.txt")], out, log=None)
+    assert sorted(p.name for p in out.iterdir()) == [".prepare_data.lock", "notes.md"]
+    assert (out / "notes.md").read_text() == "the user's"
+    # Two tokens (a character and its EOS) are one sample of seq_len = 1: accepted.
+    (tmp_path / "one.txt").write_text("a")
+    assert prepare([str(tmp_path / "one.txt")], tmp_path / "o2", log=None).total_tokens == 2
+
+
+def test_no_input_files_leave_no_folder(tmp_path):
+    (tmp_path / "in").mkdir()
+    with pytest.raises(ValueError, match=r"--input '.*in': the folder holds no \.txt/\.jsonl/\.parquet file"):
+        prepare([str(tmp_path / "in")], tmp_path / "out", log=None)
+    assert not (tmp_path / "out").exists()
+
+
 # ----------------------------------------------------------------------------- completion marker and lock
 
 

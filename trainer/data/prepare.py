@@ -52,6 +52,10 @@ DEFAULT_UNIT_BYTES = 64 * 2**20
 DEFAULT_SHARD_TOKENS = 2**26
 _ENCODE_BATCH_BYTES = 4 * 2**20
 LOCK_NAME = ".prepare_data.lock"
+# Training cuts the stream into samples of training.seq_len + 1 tokens and refuses a dataset shorter
+# than one (trainer/data/stream.py); seq_len >= 1, so fewer than 2 tokens can never train. Refused
+# here, when the inputs are at hand, instead of at the first step of a run.
+MIN_TOKENS = 2
 
 
 @dataclass
@@ -468,9 +472,29 @@ def prepare(
     t0 = time.perf_counter()
     tok = build_tokenizer(tokenizer)
     output = Path(output).expanduser()
+    created = not output.exists()
     output.mkdir(parents=True, exist_ok=True)
     with output_lock(output):
-        return _prepare_locked(inputs, output, tok, tokenizer, workers, text_key, shard_tokens, unit_bytes, log, t0)
+        try:
+            return _prepare_locked(inputs, output, tok, tokenizer, workers, text_key, shard_tokens, unit_bytes,
+                                   log, t0)
+        except ValueError:
+            if created:
+                _remove_if_bare(output)
+            raise
+
+
+def _remove_if_bare(output: Path) -> None:
+    """Remove a folder this run created when it failed before writing anything a rerun could resume
+    from (only the lock file is in it). Called while holding the lock: a run that opens the lock
+    file before the unlink fails to lock it; one after it makes the rmdir fail, keeping its folder."""
+    if [p.name for p in output.iterdir()] != [LOCK_NAME]:
+        return
+    try:
+        (output / LOCK_NAME).unlink()
+        output.rmdir()
+    except OSError:
+        pass  # another run has started writing here: its folder now
 
 
 def _prepare_locked(inputs, output: Path, tok, tokenizer: str, workers: int, text_key: str, shard_tokens: int,
@@ -530,9 +554,28 @@ def _prepare_locked(inputs, output: Path, tok, tokenizer: str, workers: int, tex
                         tokenizer_spec=tokenizer, text_key=text_key, shard_tokens=shard_tokens,
                         unit_bytes=unit_bytes, units=len(units))
     stats.total_tokens = info["tokens"]
+    if info["tokens"] < MIN_TOKENS:
+        _refuse_too_few_tokens(output, inputs, files, stats, [job[1] for job in todo])
     if todo or read_complete_marker(output) != info:
         write_complete_marker(output, info)  # the last act: from now on the folder trains
     stats.seconds = time.perf_counter() - t0
     if log is not None:
         log(stats.summary(output))
     return stats
+
+
+def _refuse_too_few_tokens(output: Path, inputs: Sequence[str], files: list[str], stats: PrepareStats,
+                           written: list[Unit]) -> None:
+    """Raise ValueError for a dataset training would refuse, after removing the shards this run
+    wrote (no marker was written; units complete before this run are left as they were)."""
+    for unit in written:
+        for path in output.glob(f"shard-{unit.index:06d}-*"):
+            path.unlink()
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    nulls = f" ({stats.null_documents} null)" if stats.null_documents else ""
+    raise ValueError(
+        f"--input {' '.join(inputs)} ({len(files)} file(s): {shown}) gave {stats.total_tokens} token(s) from "
+        f"{stats.documents} document(s){nulls}; training needs at least training.seq_len + 1 tokens (never "
+        f"fewer than {MIN_TOKENS}; 2049 for seq_len = 2048): check the files and --text-key. {output} was not "
+        f"marked complete")
+
