@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from trainer.log import logger
+from trainer.metrics_superseded import move_rows_after
 
 RUN_ID_FILE = "wandb_run_id"
 DEFAULT_WANDB_INIT_TIMEOUT_S = 90.0
@@ -28,15 +29,24 @@ DEFAULT_WANDB_INIT_TIMEOUT_S = 90.0
 class JsonlSink:
     """Appends one JSON object per log step to run_dir/metrics.jsonl, flushed at once.
 
-    Appending (not truncating) keeps the earlier lines of a resumed run. Non-finite floats (a NaN
-    loss) are written as null so the file stays strict JSON that jq and every parser accept; the
-    console line still shows the nan.
+    Appending (not truncating) keeps the earlier lines of a resumed run; resumed_at moves the rows
+    that the resume replays to metrics.superseded.jsonl. Non-finite floats (a NaN loss) are written
+    as null so the file stays strict JSON that jq and every parser accept; the console line still
+    shows the nan.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="ascii")
+        self._open()
+
+    def _open(self) -> None:
+        self._file = open(self.path, "a", encoding="ascii")
+        if self._file.tell() > 0 and not _ends_with_newline(self.path):
+            # A process killed mid-line left a torn last line: without this newline the next row
+            # would be glued to it and both would be unreadable.
+            self._file.write("\n")
+            self._file.flush()
 
     def write(self, step: int, values: dict[str, Any]) -> None:
         row = {k: _finite_or_none(v) for k, v in values.items()}
@@ -45,9 +55,42 @@ class JsonlSink:
         self._file.write(json.dumps(row, allow_nan=False) + "\n")
         self._file.flush()
 
+    def resumed_at(self, step: int) -> None:
+        """Move the rows with step > `step` (an earlier attempt's, which this run logs again) to
+        metrics.superseded.jsonl; see trainer/metrics_superseded.py. A disk error leaves
+        metrics.jsonl as it was and becomes a warning: the run goes on, appending as before."""
+        # The move replaces the file: an append handle opened before would write into the old one.
+        self._file.close()
+        try:
+            result = move_rows_after(self.path, step)
+        except OSError as e:
+            logger.warning(
+                f"metrics: could not move the rows after step {step} out of {self.path} ({e}); the "
+                f"file is unchanged, so the steps this run logs again appear twice in it")
+            return
+        finally:
+            self._open()
+        if result.unusable_lines:
+            lines = result.unusable_lines
+            shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+            logger.warning(
+                f"metrics: {len(lines)} line(s) of {self.path} (line {shown}) are not JSON rows with an "
+                f"integer step; they are kept where they are")
+        if result.moved:
+            low, high = result.steps
+            logger.info(
+                f"metrics: resumed at step {step}: moved {result.moved} row(s) of an earlier attempt "
+                f"(steps {low}..{high}) from {self.path.name} to {result.target}")
+
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def _finite_or_none(v: Any) -> Any:
@@ -70,23 +113,41 @@ def require_tensorboard() -> None:
 
 
 class TensorBoardSink:
-    """Scalars into run_dir/tb/ through torch.utils.tensorboard.SummaryWriter (imported lazily)."""
+    """Scalars into run_dir/tb/ through torch.utils.tensorboard.SummaryWriter (imported lazily).
+
+    The writer (and its event file) is made at the first write, so that a resume can make it with
+    purge_step first (resumed_at) instead of leaving an empty event file behind.
+    """
 
     def __init__(self, log_dir: Path) -> None:
         require_tensorboard()
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+        self._make = SummaryWriter
+        self._log_dir = log_dir
+        self._writer: Any = None
+        self._purge_step: int | None = None
 
     def write(self, step: int, values: dict[str, Any]) -> None:
+        if self._writer is None:
+            self._writer = self._make(log_dir=str(self._log_dir), purge_step=self._purge_step)
+            self._purge_step = None
         for key, v in values.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 self._writer.add_scalar(key, v, step)
         # SummaryWriter flushes every 120 s by default; at log frequency a flush is cheap.
         self._writer.flush()
 
+    def resumed_at(self, step: int) -> None:
+        """The next event file starts with purge_step = step + 1: TensorBoard then hides the events
+        of steps > `step` from earlier event files in tb/ (they stay on disk, never deleted)."""
+        self.close()
+        self._writer = None
+        self._purge_step = step + 1
+
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
 
 
 # ---------------------------------------------------------------- wandb
@@ -216,6 +277,21 @@ class WandbSink:
             return
         self._run.log({k: v for k, v in values.items() if v is not None}, step=step)
         self._last_step = step
+
+    def resumed_at(self, step: int) -> None:
+        """wandb cannot take back logged steps, nor log a step below its last one. Online, the resumed
+        run starts after the earlier attempt's last step, so this run's steps up to it are skipped
+        here (said once, now). Offline, wandb does not know that step (starting_step is 0): the
+        replayed steps go into the new offline file, and what `wandb sync` makes of steps below the
+        run's last synced one is wandb's to decide (not tested here: it needs the server)."""
+        if not self.active or self._last_step is None or self._last_step <= step:
+            return
+        logger.warning(
+            f"wandb: run {self._run.id} already has steps up to {self._last_step} from an earlier "
+            f"attempt, and wandb cannot rewind a run: steps {step + 1}..{self._last_step} of this "
+            f"attempt are not sent to wandb, the earlier attempt's stay there (metrics.jsonl has "
+            f"this attempt's, metrics.superseded.jsonl the earlier ones)")
+        self._warned_skip = True
 
     def close(self) -> None:
         if self.active:

@@ -9,6 +9,7 @@ FLOPs/token comes from the model args (6 x non-embedding params + 12 x layers x 
 Typical use in the trainer:
     meter = StepMeter(flops_per_token, resolve_peak_flops(cfg.metrics, device, rank), cp=cp, tp=tp, device=device)
     logger = MetricsLogger(cfg, run_dir, rank)
+    ... after a checkpoint load that restored step N > 0: logger.resumed_at(N)
     ... each step: meter.add_step(local_tokens, data_seconds)
     ... at log steps: logger.log(step, {**meter.collect(), "loss_metrics/global_avg_loss": loss, ...})
 """
@@ -309,6 +310,26 @@ class MetricsLogger:
         logger.info(format_console_line(step, row))
         for sink in self._sinks:
             sink.write(step, row)
+
+    def resumed_at(self, step: int) -> None:
+        """Tell the sinks that training continues after `step`, restored from a checkpoint.
+
+        The Trainer calls it once, right after the checkpoint load and before the first log(), only
+        when the load restored a step (> 0; a weights-only load starts at 0 and calls nothing).
+        Steps after `step` that earlier attempts logged are about to be logged again, so:
+        metrics.jsonl moves their rows to metrics.superseded.jsonl (each step stays once in
+        metrics.jsonl, nothing is deleted), TensorBoard hides their events (purge_step), and wandb,
+        which cannot rewind, skips this attempt's steps up to its last one (one warning).
+        Rank 0 only (no collective); with nothing after `step`, no file is touched.
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"MetricsLogger.resumed_at(step={step!r}): expected the resumed step, an int >= 0")
+        if self.rank != 0:
+            return
+        if self._closed:
+            raise ValueError("MetricsLogger.resumed_at() after close()")
+        for sink in self._sinks:
+            sink.resumed_at(step)
 
     def close(self) -> None:
         if self._closed:
