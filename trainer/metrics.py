@@ -314,8 +314,9 @@ class MetricsLogger:
     def resumed_at(self, step: int) -> None:
         """Tell the sinks that training continues after `step`, restored from a checkpoint.
 
-        The Trainer calls it once, right after the checkpoint load and before the first log(), only
-        when the load restored a step (> 0; a weights-only load starts at 0 and calls nothing).
+        The Trainer calls it once per launch, right after the checkpoint load and before the first
+        log(), with the step it continues after: the loaded one, or 0 when it starts over (no
+        checkpoint, a weights-only load), which moves every earlier row that has a step.
         Steps after `step` that earlier attempts logged are about to be logged again, so:
         metrics.jsonl moves their rows to metrics.superseded.jsonl (each step stays once in
         metrics.jsonl, nothing is deleted), TensorBoard hides their events (purge_step), and wandb,

@@ -35,6 +35,7 @@ from trainer.parallel.dims import ParallelDims, env_world_size
 from trainer.parallel.fsdp import grad_sync_interval, reshard_after_last_backward_only
 from trainer.parallel.init import seeded_init_fn
 from trainer.preemption import PreemptionWatcher
+from trainer.run_lock import lock_run_folder
 from trainer.profiling import StepProfiler
 
 
@@ -99,6 +100,8 @@ class Trainer:
         logger.info(f"parallel dims: {self.dims}")
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        # One launch per run folder: a second one (a double-submitted job) stops here on every rank.
+        self.run_lock = lock_run_folder(self.run_dir, self.rank)
         torch.manual_seed(cfg.run.seed)
         if cfg.run.deterministic:
             torch.use_deterministic_algorithms(True)
@@ -170,6 +173,8 @@ class Trainer:
             self.checkpointer.load()
         elif self.rank == 0:
             self._warn_unused_checkpoints()
+        # Steps after this one that earlier launches logged are logged again: their rows move aside.
+        self.metrics.resumed_at(self.step)
         if self.rank == 0:
             # Recorded once the launch is accepted: a resume that the checkpoint refuses (another
             # data stream, a bad step) leaves no config behind for a run that never trained.
@@ -190,7 +195,8 @@ class Trainer:
             logger.warning(
                 f"checkpoint.enable = false, but {root} holds complete checkpoints of this run (steps "
                 f"{', '.join(map(str, steps))}): they are not loaded, this run starts at step 0, and "
-                f"its metrics are appended to metrics.jsonl. Set checkpoint.enable = true to resume "
+                f"the earlier rows of metrics.jsonl move to metrics.superseded.jsonl. Set "
+                f"checkpoint.enable = true to resume "
                 f"from step {steps[-1]}, or use another run.name for a fresh run")
 
     # ---- one optimizer step -------------------------------------------------------------------
@@ -339,4 +345,6 @@ class Trainer:
         if self.gpu_sampler is not None:
             self.gpu_sampler.close()
         gc.enable()
+        if self.run_lock is not None:  # last: the folder is this launch's until everything closed
+            self.run_lock.release()
 
