@@ -155,6 +155,9 @@ def test_missing_include_names_including_file_and_path(tmp_path):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="command line: config file .*absent.toml.* not found"):
         load_config(["--config", str(tmp_path / "absent.toml")])
+    (tmp_path / "job.toml").write_text("")
+    with pytest.raises(ConfigError, match=r"config file .* is a directory; pass a TOML file \(it holds job.toml\)"):
+        load_config(["--config", str(tmp_path)])
 
 
 def test_malformed_toml_names_file_and_parse_error(tmp_path):
@@ -622,6 +625,13 @@ def test_tokenizer_larger_than_the_model_vocab_fails_before_any_rank_starts(tmp_
     assert "command line: data.tokenizer" in msg and "600 tokens" in msg and "vocab_size 512" in msg
     assert "model.overrides.vocab_size = 600" in msg
     validate_config(load_config([f"--data.tokenizer={path}", "--model.overrides.vocab_size=600"]), world_size=1)
+    # An override too small for the tokenizer is what the error names, wherever the tokenizer came from.
+    toml = tmp_path / "job.toml"
+    toml.write_text(f'[data]\ntokenizer = "{path}"\n')
+    with pytest.raises(ConfigError) as exc:
+        validate_config(load_config(["--config", str(toml), "--model.overrides.vocab_size=550"]), world_size=1)
+    assert str(exc.value).startswith("command line: data.tokenizer")
+    assert "vocab_size 550 (model.overrides.vocab_size)" in str(exc.value)
     with pytest.raises(ConfigError, match="command line: data.tokenizer: .*neither 'bytes' nor"):
         validate_config(load_config([f"--data.tokenizer={tmp_path / 'missing.json'}"]), world_size=1)
 

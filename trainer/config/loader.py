@@ -127,6 +127,10 @@ def load_toml_tree(
     if real in _stack:
         chain = " -> ".join(str(p) for p in _stack + (real,))
         raise ConfigError(f"{_stack[-1]}: include cycle: {chain}")
+    if path.is_dir():
+        tomls = sorted(p.name for p in path.glob("*.toml"))[:5]
+        hint = f" (it holds {', '.join(tomls)})" if tomls else ""
+        raise ConfigError(f"{source}: config file {str(path)!r} is a directory; pass a TOML file{hint}")
     if not path.is_file():
         looked = f" (looked for {real})" if str(real) != str(path) else ""
         raise ConfigError(f"{source}: config file {str(path)!r} not found{looked}")

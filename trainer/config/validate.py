@@ -104,10 +104,15 @@ def _tokenizer_fits(cfg: JobConfig, args: Any) -> None:
         why = str(e) if str(e).startswith("data.tokenizer") else f"data.tokenizer: {e}"
         raise ConfigError(f"{source_of(cfg, 'data.tokenizer')}: {why}") from e
     if vocab > args.vocab_size:
+        # Blame the override when there is one: it, not the tokenizer, is then what changed.
+        override = "model.overrides.vocab_size" in getattr(cfg, "_sources", {})
+        where = source_of(cfg, "model.overrides.vocab_size" if override else "data.tokenizer")
+        size = (f"vocab_size {args.vocab_size:,} (model.overrides.vocab_size)" if override else
+                f"vocab_size {args.vocab_size:,}")
         raise ConfigError(
-            f"{source_of(cfg, 'data.tokenizer')}: data.tokenizer = {format_value(cfg.data.tokenizer)} has "
-            f"{vocab:,} tokens but model {cfg.model.name} flavor {cfg.model.flavor} has vocab_size "
-            f"{args.vocab_size:,}; use a config whose model covers it (the Llama-3 flavors have "
+            f"{where}: data.tokenizer = {format_value(cfg.data.tokenizer)} has "
+            f"{vocab:,} tokens but model {cfg.model.name} flavor {cfg.model.flavor} has {size}; "
+            f"use a config whose model covers it (the Llama-3 flavors have "
             f"128,256), set model.overrides.vocab_size = {vocab} or more, or use a smaller tokenizer")
 
 
