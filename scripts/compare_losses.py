@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -42,13 +43,17 @@ def check_config(name: str, argv: list[str], ngpu: int) -> None:
 
 
 # Lines that say why a run died: the trainer's own (trainer/train.py prints `error: <message>` for a
-# config error) and the final line of each Python traceback (the exception and its message).
+# config error, `[rankN] error: <message>` for a refused start-up) and the final line of each Python
+# traceback (the exception and its message).
+_TRAINER_ERROR = re.compile(r"^(\[rank\d+\] )?(error: .*)")
+
+
 def error_lines(output: str, limit: int = 8) -> list[str]:
     lines = output.splitlines()
     found: list[str] = []
     for i, line in enumerate(lines):
-        if line.startswith("error: "):
-            found.append(line)
+        if m := _TRAINER_ERROR.match(line):
+            found.append(m.group(2))  # without the rank: every rank prints the same
         elif line.startswith("Traceback (most recent call last):"):
             rest = (l for l in lines[i + 1:] if l and not l[0].isspace())
             last = next(rest, None)

@@ -19,6 +19,13 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # With torchrun's default shared rendezvous store, a group restarted by --max-restarts reads the
 # previous attempt's addresses and fails to connect (pytorch/pytorch#135712): one store per attempt.
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-1}
+# The config is checked once here, before torchrun starts a rank: an error is one line, not one per
+# rank inside torchrun's own traceback. The ranks check it again (their warnings are the ones shown).
+case " $* " in
+  *" --help "*|*" -h "*) ;;  # the ranks print the help
+  *) PYTHONWARNINGS=ignore "$PYTHON" -m trainer.config --config "$CONFIG" "$@" \
+       --world-size $((NGPU * ${NNODES:-1})) > /dev/null || exit $? ;;
+esac
 if [ "${NNODES:-1}" -gt 1 ]; then
   rdzv=(--nnodes="$NNODES" --rdzv_backend=c10d --rdzv_endpoint="${RDZV_ENDPOINT:?set host:port}"
         --rdzv_id="${RDZV_ID:-titankit}")

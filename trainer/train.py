@@ -5,6 +5,7 @@ Also runs as a plain `python -m trainer.train ...` (a 1-rank group).
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -29,10 +30,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from trainer.distributed import destroy_distributed
-    from trainer.trainer import Trainer
+    from trainer.trainer import NonFiniteError, Trainer
 
     try:
         trainer = Trainer(cfg, dims, preemption=preemption)
+    except (ValueError, RuntimeError, OSError) as exc:
+        # Refusals of the start-up (data, checkpoint, run folder, device) carry messages that name
+        # the key or file; a per-rank traceback would bury them.
+        preemption.close()
+        if os.environ.get("TITANKIT_TRACEBACK"):
+            raise
+        destroy_distributed()
+        return _stopped(exc, 2, "start-up")
     except BaseException:
         preemption.close()
         raise
@@ -44,12 +53,25 @@ def main(argv: list[str] | None = None) -> int:
         import torch.distributed as dist
 
         dist.barrier()
+    except NonFiniteError as exc:
+        trainer.close()
+        if os.environ.get("TITANKIT_TRACEBACK"):
+            raise
+        return _stopped(exc, 1, "training")
     except BaseException:
         trainer.close()
         raise
     finally:
         destroy_distributed()
     return 0
+
+
+def _stopped(exc: BaseException, status: int, phase: str) -> int:
+    """One line per rank for an error whose message says what to do; the traceback on request."""
+    rank = os.environ.get("RANK", "0")
+    print(f"[rank{rank}] error: {exc}\n[rank{rank}] ({phase} stopped, exit status {status}; "
+          f"{type(exc).__name__}: TITANKIT_TRACEBACK=1 prints the traceback)", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from torch.distributed.tensor import DTensor
 from torch.profiler import record_function
 
 from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_model_args, validate_config
+from trainer.config.validate import check_device_backends
 from trainer.data import SampleStream, build_dataset, build_tokenizer
 from trainer.data.identity import stream_identity
 from trainer.distributed import init_distributed, set_train_timeout
@@ -74,6 +75,15 @@ def keep_launch_config(run_dir: Path, text: str) -> Path | None:
     return path
 
 
+def make_run_folder(run_dir: Path) -> None:
+    """{run.dump_folder}/{run.name}, or an error naming those keys (not a bare OSError traceback)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"run.dump_folder / run.name: cannot create the run folder {run_dir} "
+                         f"({exc.strerror or exc}); choose a writable run.dump_folder") from exc
+
+
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, global_tokens: int) -> torch.Tensor:
     """Cross-entropy summed over this rank's tokens (fp32), divided by the step's global token count."""
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum") / global_tokens
@@ -96,10 +106,11 @@ class Trainer:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         self.device = init_distributed(cfg.comm, str(self.run_dir), cfg.parallelism.fsdp_all_gather)
         self.rank = dist.get_rank()
+        check_device_backends(cfg, self.device.type)
         self.mesh = self.dims.build_mesh(self.device.type)
         logger.info(f"parallel dims: {self.dims}")
         if self.rank == 0:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            make_run_folder(self.run_dir)
         # One launch per run folder: a second one (a double-submitted job) stops here on every rank.
         self.run_lock = lock_run_folder(self.run_dir, self.rank)
         torch.manual_seed(cfg.run.seed)

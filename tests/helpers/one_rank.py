@@ -45,3 +45,12 @@ def in_process_trainer_env(monkeypatch):
         destroy_distributed()
         for key in _RANK_ENV:
             os.environ.pop(key, None)
+
+
+def tiny_trainer_args(tmp_path) -> list[str]:
+    """Command-line overrides for a Trainer that builds and steps in about a second on CPU: a 1-layer
+    debug Llama, 16-token samples, its outputs and the tokenized corpus under tmp_path."""
+    return ["--model.overrides.n_layers=1", "--model.overrides.dim=32", "--model.overrides.n_heads=2",
+            "--model.overrides.n_kv_heads=1", "--training.seq_len=16", "--training.local_batch_size=2",
+            "--lr_scheduler.warmup_steps=1", "--metrics.log_freq=1", f"--run.dump_folder={tmp_path}",
+            f"--data.cache_dir={tmp_path / 'cache'}"]

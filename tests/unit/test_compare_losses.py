@@ -95,10 +95,11 @@ TORCHRUN_NOISE = ("Traceback (most recent call last):\n  File \"run.py\", line 1
 @pytest.mark.parametrize("error", [
     "error: command line: unknown key training.stepz; did you mean training.steps?",
     "ValueError: dataset data/shards has 1 tokens, fewer than one sample",
+    "[rank0] error: run folder /x/y is in use by another launch",
 ])
 def test_a_failed_run_shows_its_error_line_and_log(error, tmp_path, monkeypatch, capsys):
-    if error.startswith("error:"):
-        rank_output = f"{error}\n{error}\n"  # both ranks print it
+    if "error: " in error:
+        rank_output = f"{error}\n{error.replace('[rank0]', '[rank1]')}\n"  # both ranks print it
     else:
         rank_output = ("Traceback (most recent call last):\n  File \"trainer/train.py\", line 30\n"
                        f"    trainer.train()\n{error}\n")
@@ -114,6 +115,6 @@ def test_a_failed_run_shows_its_error_line_and_log(error, tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert rc == 1
     assert err.startswith(f"error: run a failed (exit 1); its whole output: {tmp_path / 'a.log'}\n"
-                          f"the error:\n  {error}\nthe last 25 lines of its output:\n"), err
+                          f"the error:\n  {error.removeprefix('[rank0] ')}\nthe last 25 lines of its output:\n"), err
     assert "ChildFailedError" not in err.split("the last 25 lines")[0]
     assert error in (tmp_path / "a.log").read_text()

@@ -22,14 +22,11 @@ import trainer.config as config_module
 
 LOAD_CONFIG = config_module.load_config  # the real one (launch() patches the module's name)
 
-ARGS = ["--model.overrides.n_layers=1", "--model.overrides.dim=32", "--model.overrides.n_heads=2",
-        "--model.overrides.n_kv_heads=1", "--training.seq_len=16", "--training.local_batch_size=2",
-        "--lr_scheduler.warmup_steps=1", "--metrics.log_freq=1"]
 
 
 def launch(tmp_path, monkeypatch, *extra: str, signum: int | None = signal.SIGUSR1) -> int:
     """trainer.train.main in this process (a 1-rank group), `signum` sent to itself mid-start-up."""
-    from tests.helpers.one_rank import in_process_trainer_env
+    from tests.helpers.one_rank import in_process_trainer_env, tiny_trainer_args
     from trainer.train import main
 
     def load_then_signal(argv):
@@ -38,7 +35,7 @@ def launch(tmp_path, monkeypatch, *extra: str, signum: int | None = signal.SIGUS
         return LOAD_CONFIG(argv)
 
     monkeypatch.setattr(config_module, "load_config", load_then_signal)
-    args = [*ARGS, f"--run.dump_folder={tmp_path}", f"--data.cache_dir={tmp_path / 'cache'}", *extra]
+    args = [*tiny_trainer_args(tmp_path), *extra]
     with in_process_trainer_env(monkeypatch):
         return main(args)
 

@@ -167,6 +167,22 @@ def _where(cfg: JobConfig, keys: tuple[str, ...]) -> str:
     return " and ".join(f"{s} ({', '.join(k)})" for s, k in by_source.items())
 
 
+def check_device_backends(cfg: JobConfig, device_type: str) -> None:
+    """Backends that need a GPU, checked by each rank once it knows its device (validate_config
+    runs anywhere, e.g. `python -m trainer.config` on a login node); without this a CPU run failed
+    at its first forward with a tensor-dtype error that named no key."""
+    if device_type == "cuda":
+        return
+    used = {"model.attention": (cfg.model.attention, '"sdpa"'),
+            "float8.backend": (cfg.float8.backend if cfg.float8.enable else None,
+                               '"torch" (emulated off CUDA)')}
+    for key, (value, here) in used.items():
+        if value == "thunderkittens":
+            raise ConfigError(
+                f"{source_of(cfg, key)}: {key} = \"thunderkittens\" needs an NVIDIA Hopper GPU "
+                f"(sm_90a) and this run's device is {device_type}; use {here} here")
+
+
 def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
     """All checks for a run on `world_size` ranks; returns the run's ParallelDims."""
     from trainer.parallel.dims import ParallelDims

@@ -1,0 +1,41 @@
+"""A launch refused during start-up prints one `[rankN] error: <message>` line per rank that names
+the key or file, and exits 2, instead of a traceback per rank (TITANKIT_TRACEBACK=1 restores it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.config import ConfigError, load_config
+from trainer.config.validate import check_device_backends
+
+
+def launch(tmp_path, monkeypatch, *extra: str) -> int:
+    from tests.helpers.one_rank import in_process_trainer_env, tiny_trainer_args
+    from trainer.train import main
+
+    with in_process_trainer_env(monkeypatch):
+        return main([*tiny_trainer_args(tmp_path), "--training.steps=1", *extra])
+
+
+def test_a_run_folder_that_cannot_be_made_names_the_keys(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("not a folder")
+    dump = f"--run.dump_folder={tmp_path / 'file'}", "--run.name=x"
+    assert launch(tmp_path, monkeypatch, *dump) == 2
+    err = capsys.readouterr().err
+    assert (f"[rank0] error: run.dump_folder / run.name: cannot create the run folder "
+            f"{tmp_path / 'file' / 'x'} (Not a directory); choose a writable run.dump_folder") in err
+    assert "TITANKIT_TRACEBACK=1 prints the traceback" in err and "Traceback" not in err
+    monkeypatch.setenv("TITANKIT_TRACEBACK", "1")
+    with pytest.raises(ValueError, match="cannot create the run folder"):
+        launch(tmp_path, monkeypatch, *dump)
+
+
+def test_thunderkittens_off_cuda_is_refused_naming_the_key(tmp_path, monkeypatch, capsys):
+    assert launch(tmp_path, monkeypatch, "--model.attention=thunderkittens") == 2
+    assert ('[rank0] error: command line: model.attention = "thunderkittens" needs an NVIDIA Hopper '
+            'GPU (sm_90a) and this run\'s device is cpu; use "sdpa" here') in capsys.readouterr().err
+    fp8 = load_config(["--float8.enable", "--float8.backend=thunderkittens"])
+    with pytest.raises(ConfigError, match=r'command line: float8.backend = "thunderkittens" .* use "torch"'):
+        check_device_backends(fp8, "cpu")
+    check_device_backends(fp8, "cuda")
+    check_device_backends(load_config(["--float8.backend=thunderkittens"]), "cpu")  # FP8 off: unused
