@@ -39,3 +39,16 @@ def test_thunderkittens_off_cuda_is_refused_naming_the_key(tmp_path, monkeypatch
         check_device_backends(fp8, "cpu")
     check_device_backends(fp8, "cuda")
     check_device_backends(load_config(["--float8.backend=thunderkittens"]), "cpu")  # FP8 off: unused
+
+
+def test_a_non_finite_step_ends_the_run_with_its_message(tmp_path, monkeypatch, capsys):
+    from trainer.trainer import NonFiniteError, Trainer
+
+    def diverged(self):
+        raise NonFiniteError("step 1: loss nan / grad norm nan is not finite; the step was not applied")
+
+    monkeypatch.setattr(Trainer, "train_step", diverged)
+    assert launch(tmp_path, monkeypatch, "--run.name=x") == 1
+    err = capsys.readouterr().err
+    assert "[rank0] error: step 1: loss nan / grad norm nan is not finite" in err
+    assert "(training stopped, exit status 1; NonFiniteError" in err
