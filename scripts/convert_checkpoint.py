@@ -82,36 +82,17 @@ def launch_config_of(step: Path) -> Path:
 
 def resolve_step(path: Path) -> Path:
     """The step folder to export: `path` itself, or, when `path` is a folder of step-N folders (a
-    run's checkpoint/), its newest complete one. This is how checkpoint.initial_load_path reads the
-    same argument (trainer/checkpoint.py _resolve_initial), so one path means one checkpoint to both
-    tools; "complete" is trainer/checkpoint_folders.py's definition (.metadata and every shard)."""
-    from trainer.checkpoint_folders import STEP_RE, complete_step_folders, incomplete_reason, list_step_folders
+    run's checkpoint/), its newest complete one, named on stderr with the newer incomplete ones it
+    skipped: checkpoint.initial_load_path's reading of a path (checkpoint_folders.resolve_checkpoint)."""
+    from trainer.checkpoint_folders import STEP_RE, incomplete_reason, list_step_folders, resolve_checkpoint
 
-    if not path.is_dir():
-        raise ValueError(f"{path}: no such folder; pass a step folder (<run>/checkpoint/step-N) "
-                         "or a run's checkpoint/ folder")
-    if (path / ".metadata").exists() or STEP_RE.match(path.name):
-        reason = incomplete_reason(path)
-        if reason is not None:
-            raise ValueError(f"{path} is not a complete checkpoint: {reason}")
-        return path
-    found = list_step_folders(path)
-    complete = complete_step_folders(path, warn=False)
-    if not complete:
-        if found:
-            what = "; ".join(f"{p.name}: {incomplete_reason(p)}" for _, p in found[-5:])
-            what = f"step folders found, none complete ({len(found)}, the newest 5 at most): {what}"
-        else:
-            what = "it holds no step-N folder"
-            if (path / "checkpoint").is_dir():
-                what += f" (it looks like a run folder: did you mean {path / 'checkpoint'}?)"
-        raise ValueError(f"{path} is neither a checkpoint (it has no .metadata) nor a folder with a complete "
-                         f"step-N checkpoint: {what}; pass a complete step folder, e.g. <run>/checkpoint/step-N")
-    step, chosen = complete[-1]
-    newer = [f"{p.name}: {incomplete_reason(p)}" for s, p in found if s > step]
-    print(f"{path} is a folder of checkpoints: exporting its newest complete one, {chosen.name} "
-          "(pass a step folder to export another)"
-          + "".join(f"\n  skipped the newer {n}" for n in newer), file=sys.stderr)
+    chosen = resolve_checkpoint(path, str(path), warn=False)
+    if chosen != path:
+        step = int(STEP_RE.match(chosen.name).group(1))
+        newer = [f"{p.name}: {incomplete_reason(p)}" for s, p in list_step_folders(path) if s > step]
+        print(f"{path} is a folder of checkpoints: exporting its newest complete one, {chosen.name} "
+              "(pass a step folder to export another)"
+              + "".join(f"\n  skipped the newer {n}" for n in newer), file=sys.stderr)
     return chosen
 
 

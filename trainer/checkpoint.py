@@ -55,7 +55,6 @@ except ImportError:  # an older torch: async saves are written by a thread
 
 from trainer.checkpoint_folders import (
     LOAD_STEP_RECORD,
-    STEP_RE,
     apply_retention,
     check_model_fits,
     complete_step_folders,
@@ -65,6 +64,7 @@ from trainer.checkpoint_folders import (
     read_load_step_record,
     read_metadata,
     remove_partial,
+    resolve_checkpoint,
     section_template,
     set_aside,
     step_folder,
@@ -83,6 +83,7 @@ from trainer.checkpoint_memory import (
     writer_process_shortfall,
 )
 from trainer.data import identity as stream_id
+from trainer.distributed import on_rank0
 from trainer.log import logger
 from trainer.optim import config_hyperparameters, keep_config_hyperparameters
 from trainer.preemption import PreemptionWatcher
@@ -314,19 +315,7 @@ class CheckpointManager:
                 f"saved. To train further, raise training.steps above {self._start_step}.")
 
     def _on_rank0(self, fn: Callable[[], Any]) -> Any:
-        """Run fn on rank 0 and give its result to every rank; an error there is raised on all
-        ranks (instead of leaving the others waiting in the next collective until a timeout)."""
-        box: list[Any] = [None]
-        if self.rank == 0:
-            try:
-                box[0] = ("ok", fn())
-            except Exception as exc:
-                box[0] = ("error", type(exc) is ValueError, f"{exc}")
-        dist.broadcast_object_list(box, src=0, group=self.group)
-        if box[0][0] == "error":
-            _, is_value_error, message = box[0]
-            raise (ValueError if is_value_error else RuntimeError)(message)
-        return box[0][1]
+        return on_rank0(fn, self.rank, self.group)
 
     def _choose_start(self) -> tuple[str | None, bool, str | None]:
         """(folder, model_only, source) to start from, or (None, False, None); rank 0 only (it logs
@@ -400,19 +389,7 @@ class CheckpointManager:
 
     def _resolve_initial(self, path: Path) -> Path:
         """initial_load_path may name a step-N folder or a folder of them (then: the newest)."""
-        key = f"checkpoint.initial_load_path = {str(path)!r}"
-        if not path.is_dir():
-            raise ValueError(f"{key}: no such folder")
-        if (path / ".metadata").exists() or STEP_RE.match(path.name):
-            reason = incomplete_reason(path)
-            if reason is not None:
-                raise ValueError(f"{key} is not a complete checkpoint: {reason}")
-            return path
-        complete = complete_step_folders(path)
-        if not complete:
-            raise ValueError(f"{key} is neither a DCP checkpoint folder (with .metadata) nor a "
-                             "folder holding complete step-N checkpoints")
-        return complete[-1][1]
+        return resolve_checkpoint(path, f"checkpoint.initial_load_path = {str(path)!r}")
 
     def _load(self, path: Path, model_only: bool, initial: bool = False) -> None:
         t = self.trainer

@@ -85,6 +85,35 @@ def complete_step_folders(root: Path, warn: bool = True) -> list[tuple[int, Path
     return complete
 
 
+def resolve_checkpoint(path: Path, name: str, warn: bool = True) -> Path:
+    """A complete checkpoint named by `path`: a step folder itself (one with .metadata or named
+    step-N), or a folder of step-N folders (a run's checkpoint/), meaning its newest complete one.
+    checkpoint.initial_load_path and scripts/convert_checkpoint.py both take a path this way, so one
+    path means one checkpoint to both. `name` starts each error (the key or argument)."""
+    if not path.is_dir():
+        raise ValueError(f"{name}: no such folder; pass a step folder (<run>/checkpoint/step-N) or "
+                         "a run's checkpoint/ folder")
+    if (path / ".metadata").exists() or STEP_RE.match(path.name):
+        reason = incomplete_reason(path)
+        if reason is not None:
+            raise ValueError(f"{name} is not a complete checkpoint: {reason}")
+        return path
+    complete = complete_step_folders(path, warn=warn)
+    if complete:
+        return complete[-1][1]
+    found = list_step_folders(path)
+    if found:
+        what = "; ".join(f"{p.name}: {incomplete_reason(p)}" for _, p in found[-5:])
+        what = f"step folders found, none complete ({len(found)}, the newest 5 at most): {what}"
+    else:
+        what = "it holds no step-N folder"
+        if (path / "checkpoint").is_dir():
+            what += f" (it looks like a run folder: did you mean {path / 'checkpoint'}?)"
+    raise ValueError(f"{name} is neither a checkpoint (it has no .metadata) nor a folder with a "
+                     f"complete step-N checkpoint: {what}; pass a complete step folder, e.g. "
+                     "<run>/checkpoint/step-N")
+
+
 def apply_retention(root: Path, keep: int) -> list[Path]:
     """Delete all but the newest `keep` complete folders (keep 0 = keep all); returns what went.
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -13,6 +15,22 @@ from trainer.config.schema import Comm
 from trainer.log import logger
 from trainer.parallel.fsdp_comm import set_cta_policy_env
 from trainer.parallel.dims import env_local_rank
+
+
+def on_rank0(fn: Callable[[], Any], rank: int, group: dist.ProcessGroup | None = None) -> Any:
+    """Run fn on rank 0 and give its result to every rank of `group`; an error there is raised on
+    all ranks (instead of leaving the others waiting in the next collective until a timeout)."""
+    box: list[Any] = [None]
+    if rank == 0:
+        try:
+            box[0] = ("ok", fn())
+        except Exception as exc:
+            box[0] = ("error", type(exc) is ValueError, f"{exc}")
+    dist.broadcast_object_list(box, src=0, group=group)
+    if box[0][0] == "error":
+        _, is_value_error, message = box[0]
+        raise (ValueError if is_value_error else RuntimeError)(message)
+    return box[0][1]
 
 
 def _free_port() -> int:

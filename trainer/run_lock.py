@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from trainer.log import logger
@@ -186,11 +185,8 @@ def lock_run_folder(run_dir: Path | str, rank: int, group: Any = None) -> RunLoc
     Returns rank 0's RunLock (None on the other ranks); keep it for the run, release() it last.
     If another launch holds the folder, every rank raises RuntimeError with rank 0's message
     (RunFolderInUse's), instead of the other ranks waiting in their next collective."""
-    # CheckpointManager._on_rank0 is the project's way of sharing rank 0's verdict (and error) with
-    # every rank; it reads only .rank and .group, and no CheckpointManager exists this early.
-    from trainer.checkpoint import CheckpointManager
+    from trainer.distributed import on_rank0
 
     held: list[RunLock] = []
-    CheckpointManager._on_rank0(SimpleNamespace(rank=rank, group=group),
-                                lambda: held.append(acquire_run_lock(run_dir)))
+    on_rank0(lambda: held.append(acquire_run_lock(run_dir)), rank, group)
     return held[0] if held else None
