@@ -7,8 +7,9 @@ Resumable: rerunning the same command skips work units whose shards are already 
 The folder is ready only once COMPLETE.json exists (written last); training refuses it before.
 One run per output folder at a time (a lock file inside it). Inputs that give fewer tokens than any
 training run needs (2: one sample of seq_len + 1 with seq_len = 1) are refused and nothing is marked
-complete; a folder this run created is removed again when nothing is left to resume. A folder made before markers existed,
-whose inputs are gone: `python scripts/prepare_data.py --mark-complete --output data/shards`.
+complete; a folder this run created is removed again when nothing is left to resume. A folder made
+before markers existed, whose inputs are gone:
+`python scripts/prepare_data.py --mark-complete --output data/shards`.
 Train on the result with `--data.dataset data/shards --data.tokenizer path/to/tokenizer.json`.
 The logic lives in trainer/data/prepare.py.
 """
