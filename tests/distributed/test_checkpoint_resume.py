@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -286,15 +287,18 @@ def test_sigkill_of_a_rank_restarts_from_last_checkpoint(dump):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-4000:]
-    steps_logged = logged_steps(run)
-    # First attempt: 1..k; after the restart: s+1..60, s being the newest checkpoint at the kill.
-    cut = next(i for i in range(1, len(steps_logged)) if steps_logged[i] <= steps_logged[i - 1])
-    first, second = steps_logged[:cut], steps_logged[cut:]
-    assert first == list(range(1, len(first) + 1)) and len(first) >= 7
-    resumed_at = second[0] - 1
-    assert resumed_at % 5 == 0 and 5 <= resumed_at <= first[-1]
-    assert f"step-{resumed_at}" in err and "resumed from" in err
-    assert second == list(range(resumed_at + 1, steps + 1))
+    # First attempt: 1..k; the restart resumed from s, the newest checkpoint at the kill, and moved
+    # the first attempt's rows after s to metrics.superseded.jsonl: metrics.jsonl has each step once.
+    assert logged_steps(run) == list(range(1, steps + 1))
+    found = re.search(r"resumed from \S+/step-(\d+) ", err)
+    assert found, err[-4000:]
+    resumed_at = int(found.group(1))
+    assert resumed_at % 5 == 0 and resumed_at >= 5
+    superseded = run / "metrics.superseded.jsonl"  # absent when the kill fell right after a save
+    moved = [json.loads(line) for line in superseded.read_text().splitlines()] if superseded.exists() else []
+    assert [r["step"] for r in moved] == list(range(resumed_at + 1, resumed_at + 1 + len(moved)))
+    assert all(r["resumed_from_step"] == resumed_at for r in moved)
+    assert resumed_at + len(moved) >= 7  # the first attempt had logged step 7
     assert saved_state(run / "checkpoint" / f"step-{steps}")["step"] == steps
 
 
