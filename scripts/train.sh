@@ -69,12 +69,17 @@ trap 'forward USR1' USR1
 # After a preemption signal, ranks that torchrun starts anew (--max-restarts, once a rank exited
 # non-zero: checkpoint.enable = false, or a failed save) would only train until the scheduler kills
 # the job: stop torchrun instead, so that the job ends now and non-zero.
+# Once: torchrun tears the new ranks down on its first TERM, and they stop at their first step (they
+# record the signal from their first line); a second TERM during that teardown would kill torchrun
+# itself (exit 143 instead of its failure status 1).
+stopped_restart=""
 stop_restart() {
   local kid
+  [ -n "$stopped_restart" ] && return
   for kid in $(workers); do
     case " $signalled " in
       *" $kid "*) ;;
-      *) kill -s TERM "$launcher" 2>/dev/null || true; return ;;
+      *) stopped_restart=1; kill -s TERM "$launcher" 2>/dev/null || true; return ;;
     esac
   done
 }

@@ -267,6 +267,7 @@ class MetricsLogger:
         self.rank = rank
         self._sinks: list[Any] = []
         self._closed = False
+        self._replays_after: int | None = None  # resumed_at's step, applied at the next log()
         if m.enable_tensorboard:
             require_tensorboard()  # on every rank, so all ranks fail together with the same message
         if rank != 0:
@@ -308,6 +309,10 @@ class MetricsLogger:
         if nulls:
             raise ValueError(f"MetricsLogger.log(step={step}): metric keys {nulls} are None")
         logger.info(format_console_line(step, row))
+        if self._replays_after is not None:
+            for sink in self._sinks:
+                sink.resumed_at(self._replays_after)
+            self._replays_after = None
         for sink in self._sinks:
             sink.write(step, row)
 
@@ -317,10 +322,11 @@ class MetricsLogger:
         The Trainer calls it once per launch, right after the checkpoint load and before the first
         log(), with the step it continues after: the loaded one, or 0 when it starts over (no
         checkpoint, a weights-only load), which moves every earlier row that has a step.
-        Steps after `step` that earlier attempts logged are about to be logged again, so:
-        metrics.jsonl moves their rows to metrics.superseded.jsonl (each step stays once in
-        metrics.jsonl, nothing is deleted), TensorBoard hides their events (purge_step), and wandb,
-        which cannot rewind, skips this attempt's steps up to its last one (one warning).
+        Steps after `step` that earlier attempts logged are about to be logged again, so, at this
+        launch's first log() (a launch stopped before its first step replaces nothing): metrics.jsonl
+        moves their rows to metrics.superseded.jsonl (each step stays once in metrics.jsonl,
+        nothing is deleted), TensorBoard hides their events (purge_step), and wandb, which cannot
+        rewind, skips this attempt's steps up to its last one (one warning).
         Rank 0 only (no collective); with nothing after `step`, no file is touched.
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -329,8 +335,7 @@ class MetricsLogger:
             return
         if self._closed:
             raise ValueError("MetricsLogger.resumed_at() after close()")
-        for sink in self._sinks:
-            sink.resumed_at(step)
+        self._replays_after = step
 
     def close(self) -> None:
         if self._closed:

@@ -68,17 +68,19 @@ class PreemptionWatcher:
         self.agreed_signal = int(flag.item())
         return self.agreed_signal != 0
 
-    def exit_unsaved(self, step: int) -> NoReturn:
-        """After agreed() with checkpoint.enable = false: warn on rank 0, exit 128 + the signal."""
+    def exit_unsaved(self, step: int, during_startup: bool = False) -> NoReturn:
+        """After agreed() with checkpoint.enable = false: warn on rank 0, exit 128 + the signal.
+        `during_startup`: the signal came before this launch's first step, so it trained nothing."""
         import torch.distributed as dist
 
         sig = signal.Signals(self.agreed_signal)
         status = 128 + sig.value
         if not dist.is_initialized() or dist.get_rank() == 0:
-            logger.warning(f"preemption signal ({sig.name}) after step {step}: nothing is saved "
-                           f"because checkpoint.enable is false; exiting with status {status}: the "
-                           f"job did not finish (set checkpoint.enable = true to save the current "
-                           f"step on preemption)")
+            when = (f"during start-up, before step {step + 1}: this launch trained nothing and"
+                    if during_startup else f"after step {step}: nothing is saved because")
+            logger.warning(f"preemption signal ({sig.name}) {when} checkpoint.enable is false; "
+                           f"exiting with status {status}: the job did not finish (set "
+                           f"checkpoint.enable = true to save the current step on preemption)")
         raise SystemExit(status)
 
     def close(self) -> None:

@@ -335,7 +335,7 @@ class Trainer:
         if not self.preemption.agreed():
             return False
         if self.unsaved_preemption is not None:
-            self.unsaved_preemption.exit_unsaved(self.step)
+            self.unsaved_preemption.exit_unsaved(self.step, during_startup=True)
         if self.rank == 0:
             done = (f"a relaunch continues from the checkpoint of step {self.step}" if self.step
                     else "no step was trained")

@@ -132,7 +132,9 @@ def test_nothing_after_the_step_changes_nothing(tmp_path, logs):
     with MetricsLogger(JobConfig(), tmp_path, rank=0) as ml:
         ml.resumed_at(4)
         ml.resumed_at(7)
-    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+        ml.log(8, _values(8.0, 8))
+    after = (tmp_path / "metrics.jsonl").read_bytes()
+    assert after.startswith(before) and _steps(tmp_path / "metrics.jsonl") == [1, 2, 3, 4, 8]
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
     assert logs.at(logging.INFO, "resumed") == [] and logs.at(logging.WARNING) == []
 
@@ -170,13 +172,14 @@ def test_a_failed_rewrite_leaves_both_files_as_they_were(tmp_path, logs, monkeyp
         monkeypatch.setattr(ms, "_append_synced", half)
     with MetricsLogger(JobConfig(), tmp_path, rank=0) as ml:
         ml.resumed_at(4)
+        assert (tmp_path / "metrics.jsonl").read_bytes() == jsonl  # nothing moves before a row
+        ml.log(5, _values(0.5, 5))  # the move fails here; the run goes on, appending as before
         monkeypatch.undo()
-        assert (tmp_path / "metrics.jsonl").read_bytes() == jsonl
+        assert (tmp_path / "metrics.jsonl").read_bytes().startswith(jsonl)
         assert {p.name: p.read_bytes() for p in tmp_path.glob("*.superseded.jsonl")} == superseded
         assert sorted(p.name for p in tmp_path.iterdir()) == names  # no temp file left
         warnings = logs.at(logging.WARNING)
         assert len(warnings) == 1 and "No space left" in warnings[0] and "unchanged" in warnings[0]
-        ml.log(5, _values(0.5, 5))  # the run goes on, appending as before
     assert _steps(tmp_path / "metrics.jsonl") == [1, 2, 3, 4, 5, 6, 5]
 
 
@@ -205,6 +208,15 @@ def test_a_torn_last_line_is_ended_before_the_next_row(tmp_path, logs):
     _log(tmp_path, [3], {3: 3.0}, resume_at=2)
     assert _steps(tmp_path / "metrics.jsonl") == [1, 2, "bad", 3]
     assert len(logs.at(logging.WARNING, "not JSON rows")) == 1
+
+
+def test_a_launch_that_logs_nothing_replaces_nothing(tmp_path):
+    # Stopped before its first step (a preemption signal during start-up): the earlier rows stay.
+    _log(tmp_path, range(1, 5), {s: float(s) for s in range(1, 5)})
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    _log(tmp_path, [], {}, resume_at=0)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
 
 
 def test_resumed_at_checks_its_step_and_other_ranks_do_nothing(tmp_path):

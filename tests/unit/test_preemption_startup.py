@@ -82,4 +82,6 @@ def test_without_checkpoints_a_startup_signal_exits_unsaved(tmp_path, monkeypatc
         launch(tmp_path, monkeypatch, "--run.name=default", "--training.steps=3", signum=signal.SIGTERM)
     assert stop.value.code == 128 + signal.SIGTERM
     assert rows(tmp_path) == []
-    assert any(m.startswith("preemption signal (SIGTERM) after step 0: nothing is saved") for m in logged)
+    assert any(m.startswith("preemption signal (SIGTERM) during start-up, before step 1: this launch "
+                            "trained nothing and checkpoint.enable is false; exiting with status 143")
+               for m in logged)
