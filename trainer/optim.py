@@ -151,6 +151,7 @@ def keep_config_hyperparameters(optimizer: torch.optim.Optimizer,
                                    "optimizer.lr, training.steps, lr_scheduler)", (group["lr"], lr))
             group["lr"] = lr
         scheduler._last_lr = lrs
+
     def show(v):
         return f"{v:.6g}" if isinstance(v, float) else repr(v)
 
