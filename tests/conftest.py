@@ -61,3 +61,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     clash = _interpreter_numpy_clash()
     if clash and exitstatus != 0:
         terminalreporter.write_line(f"WARNING: {clash}", yellow=True)
+
+
+class TitankitLogs:
+    """What titankit's logger emitted during a test. Its own handler writes to the stream of the
+    test that set it up first, so neither caplog nor capsys sees it reliably; this handler does."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.records: list = []
+        self.handler = logging.Handler(logging.DEBUG)
+        self.handler.emit = self.records.append
+
+    def at(self, level: int, containing: str = "") -> list[str]:
+        """The messages logged at exactly `level` that contain `containing`."""
+        return [r.getMessage() for r in self.records if r.levelno == level and containing in r.getMessage()]
+
+
+@pytest.fixture
+def logs():
+    """titankit's log records of this test, every level (the logger is set to DEBUG meanwhile)."""
+    import logging
+
+    from trainer.log import logger
+
+    captured = TitankitLogs()
+    old_level = logger.level
+    logger.addHandler(captured.handler)
+    logger.setLevel(logging.DEBUG)
+    yield captured
+    logger.removeHandler(captured.handler)
+    logger.setLevel(old_level)

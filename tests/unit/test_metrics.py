@@ -11,7 +11,6 @@ import sys
 import pytest
 
 from trainer.config.schema import JobConfig
-from trainer.log import logger as tk_logger
 from trainer.metrics import (
     METRIC_KEYS,
     MetricsLogger,
@@ -20,29 +19,6 @@ from trainer.metrics import (
     resolve_peak_flops,
     throughput,
 )
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def at(self, level: int) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno == level]
-
-
-@pytest.fixture
-def logs():
-    handler = _Records()
-    old_level = tk_logger.level
-    tk_logger.addHandler(handler)
-    tk_logger.setLevel(logging.DEBUG)
-    yield handler
-    tk_logger.removeHandler(handler)
-    tk_logger.setLevel(old_level)
 
 
 @pytest.mark.parametrize(

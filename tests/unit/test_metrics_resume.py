@@ -13,32 +13,8 @@ import types
 import pytest
 
 from trainer.config.schema import JobConfig
-from trainer.log import logger as tk_logger
 from trainer.metrics import MetricsLogger, StepMeter
 from trainer.metrics_superseded import move_rows_after
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def at(self, level: int, containing: str = "") -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno == level and containing in r.getMessage()]
-
-
-@pytest.fixture
-def logs():
-    handler = _Records()
-    old_level = tk_logger.level
-    tk_logger.addHandler(handler)
-    tk_logger.setLevel(logging.DEBUG)
-    yield handler
-    tk_logger.removeHandler(handler)
-    tk_logger.setLevel(old_level)
 
 
 def _values(loss: float, step: int) -> dict:

@@ -10,7 +10,6 @@ watcher is installed, before the Trainer exists.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -40,48 +39,33 @@ def launch(tmp_path, monkeypatch, *extra: str, signum: int | None = signal.SIGUS
         return main(args)
 
 
-@contextlib.contextmanager
-def warnings_logged():
-    """titankit's warnings (its logger writes to the stream of whichever test set it up first)."""
-    records: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: records.append(record.getMessage())
-    log = logging.getLogger("titankit")
-    log.addHandler(handler)
-    try:
-        yield records
-    finally:
-        log.removeHandler(handler)
-
-
 def rows(tmp_path, name: str = "default") -> list[int]:
     path = tmp_path / name / "metrics.jsonl"
     return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_a_signal_during_startup_stops_before_the_first_step_and_keeps_the_checkpoint(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, logs):
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
     common = ("--run.name=default", "--checkpoint.enable=true", "--checkpoint.interval=2")
     assert launch(tmp_path, monkeypatch, *common, "--training.steps=2", signum=None) == 0
     assert rows(tmp_path) == [1, 2]
-    with warnings_logged() as logged:
-        assert launch(tmp_path, monkeypatch, *common, "--training.steps=4") == 0
+    assert launch(tmp_path, monkeypatch, *common, "--training.steps=4") == 0
     assert rows(tmp_path) == [1, 2]  # no step trained
     assert sorted(p.name for p in (tmp_path / "default" / "checkpoint").iterdir()) == ["step-2"]
     assert ("preemption signal during start-up: stopping before step 3 with nothing new to save "
-            "(a relaunch continues from the checkpoint of step 2)") in logged
+            "(a relaunch continues from the checkpoint of step 2)") in logs.at(logging.WARNING)
     # A relaunch without a signal goes on from step 2; the handlers before the run are back.
     assert launch(tmp_path, monkeypatch, *common, "--training.steps=4", signum=None) == 0
     assert rows(tmp_path) == [1, 2, 3, 4]
     assert {s: signal.getsignal(s) for s in before} == before
 
 
-def test_without_checkpoints_a_startup_signal_exits_unsaved(tmp_path, monkeypatch):
-    with warnings_logged() as logged, pytest.raises(SystemExit) as stop:
+def test_without_checkpoints_a_startup_signal_exits_unsaved(tmp_path, monkeypatch, logs):
+    with pytest.raises(SystemExit) as stop:
         launch(tmp_path, monkeypatch, "--run.name=default", "--training.steps=3", signum=signal.SIGTERM)
     assert stop.value.code == 128 + signal.SIGTERM
     assert rows(tmp_path) == []
     assert any(m.startswith("preemption signal (SIGTERM) during start-up, before step 1: this launch "
                             "trained nothing and checkpoint.enable is false; exiting with status 143")
-               for m in logged)
+               for m in logs.at(logging.WARNING))

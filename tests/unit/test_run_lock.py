@@ -74,18 +74,6 @@ def holder(tmp_path):
         proc.wait()
 
 
-@pytest.fixture
-def warnings_logged():
-    """The titankit logger's warnings (it may not propagate to pytest's capture)."""
-    lines: list[str] = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log = logging.getLogger("titankit")
-    log.addHandler(handler)
-    yield lines
-    log.removeHandler(handler)
-
-
 def test_a_second_launch_is_refused_naming_the_holder(tmp_path, holder):
     proc, _ = holder(tmp_path, "--run.name=first")
     with pytest.raises(RunFolderInUse) as err:
@@ -137,7 +125,7 @@ def test_release_frees_the_folder_within_one_process(tmp_path):
 
 
 @pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL])
-def test_a_file_system_without_locks_warns_and_the_run_goes_on(tmp_path, monkeypatch, warnings_logged,
+def test_a_file_system_without_locks_warns_and_the_run_goes_on(tmp_path, monkeypatch, logs,
                                                                code):
     import fcntl
 
@@ -147,9 +135,10 @@ def test_a_file_system_without_locks_warns_and_the_run_goes_on(tmp_path, monkeyp
     monkeypatch.setattr(fcntl, "flock", refuse)
     lock = acquire_run_lock(tmp_path)
     assert not lock.locked and os.strerror(code) in lock.reason
-    assert len(warnings_logged) == 1
-    assert f"run folder {tmp_path} cannot be locked" in warnings_logged[0]
-    assert "make sure only one job uses this run.name" in warnings_logged[0]
+    warned = logs.at(logging.WARNING)
+    assert len(warned) == 1
+    assert f"run folder {tmp_path} cannot be locked" in warned[0]
+    assert "make sure only one job uses this run.name" in warned[0]
 
 
 def test_another_lock_error_is_not_mistaken_for_a_busy_folder(tmp_path, monkeypatch):

@@ -11,34 +11,10 @@ import pytest
 
 from tests.helpers.wandb_reader import read_wandb_config, read_wandb_history, wandb_files
 from trainer.config.schema import JobConfig
-from trainer.log import logger as tk_logger
 from trainer.metric_sinks import wandb_api_key_configured
 from trainer.metrics import MetricsLogger, StepMeter
 
 pytest.importorskip("wandb")
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def warnings(self) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno == logging.WARNING]
-
-
-@pytest.fixture
-def logs():
-    handler = _Records()
-    old_level = tk_logger.level
-    tk_logger.addHandler(handler)
-    tk_logger.setLevel(logging.DEBUG)
-    yield handler
-    tk_logger.removeHandler(handler)
-    tk_logger.setLevel(old_level)
 
 
 @pytest.fixture
@@ -118,7 +94,7 @@ def test_offline_history_config_and_resume(tmp_path, no_api_key, logs):
     history = read_wandb_history(run_dir)
     assert [row["_step"] for row in history] == list(range(1, 9))
     assert [row["loss_metrics/global_avg_loss"] for row in history] == [losses[s] for s in range(1, 9)]
-    assert len([w for w in logs.warnings() if "step 7 <= last logged step 7" in w]) == 1
+    assert len([w for w in logs.at(logging.WARNING) if "step 7 <= last logged step 7" in w]) == 1
     # metrics.jsonl keeps every logged line, the replayed one included.
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 9
 
@@ -133,7 +109,7 @@ def test_wandb_init_raising_keeps_training(tmp_path, no_api_key, logs, monkeypat
     with MetricsLogger(_cfg(), tmp_path, rank=0) as ml:
         assert not ml.wandb_active
         ml.log(1, _values(random.Random(1), 3.25, 1))
-    warnings = logs.warnings()
+    warnings = logs.at(logging.WARNING)
     assert len(warnings) == 1 and "wandb service unreachable" in warnings[0]
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 1
 
@@ -154,7 +130,7 @@ def test_wandb_init_hanging_is_bounded(tmp_path, no_api_key, logs, monkeypatch):
             ml.log(1, _values(random.Random(2), 4.5, 1))
     finally:
         release.set()
-    warnings = logs.warnings()
+    warnings = logs.at(logging.WARNING)
     assert len(warnings) == 1 and "no answer within 0.2 s" in warnings[0]
 
 
@@ -164,7 +140,7 @@ def test_wandb_not_installed_warns_once(tmp_path, logs, monkeypatch):
     with MetricsLogger(_cfg(), tmp_path, rank=0) as ml:
         assert not ml.wandb_active
         ml.log(1, _values(random.Random(3), 5.0, 1))
-    warnings = logs.warnings()
+    warnings = logs.at(logging.WARNING)
     assert len(warnings) == 1 and "not installed" in warnings[0]
 
 
