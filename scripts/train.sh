@@ -22,7 +22,7 @@ export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-
 # The config is checked once here, before torchrun starts a rank: an error is one line, not one per
 # rank inside torchrun's own traceback. The ranks check it again (their warnings are the ones shown).
 case " $* " in
-  *" --help "*|*" -h "*) ;;  # the ranks print the help
+  *" --help "*|*" -h "*) exec "$PYTHON" -m trainer.train --help ;;  # once, not once per rank
   *) PYTHONWARNINGS=ignore "$PYTHON" -m trainer.config --config "$CONFIG" "$@" \
        --world-size $((NGPU * ${NNODES:-1})) > /dev/null || exit $? ;;
 esac

@@ -441,7 +441,7 @@ class CheckpointManager:
         if self.rank == 0 and saved_world and saved_world != self.world_size:
             logger.warning(f"checkpoint {path} was saved on {saved_world} ranks and is loaded on "
                            f"{self.world_size}: weights and optimizer state are resharded")
-        if changed and self.rank == 0:
+        if changed and self.rank == 0 and t.step < t.cfg.training.steps:  # else nothing trains
             logger.warning(f"checkpoint: this config's optimizer settings differ from those {path} was "
                            f"saved with and apply from step {t.step + 1} on: " + "; ".join(changed))
         self._last_saved = t.step  # never rewrite the folder this run started from

@@ -24,7 +24,7 @@ from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_mo
 from trainer.config.validate import check_device_backends
 from trainer.data import SampleStream, build_dataset, build_tokenizer
 from trainer.data.identity import stream_identity
-from trainer.distributed import init_distributed, set_train_timeout
+from trainer.distributed import init_distributed, on_rank0, set_train_timeout
 from trainer.files import atomic_write
 from trainer.log import init_logging, logger
 from trainer.gpu_monitor import GpuSampler
@@ -109,8 +109,8 @@ class Trainer:
         check_device_backends(cfg, self.device.type)
         self.mesh = self.dims.build_mesh(self.device.type)
         logger.info(f"parallel dims: {self.dims}")
-        if self.rank == 0:
-            make_run_folder(self.run_dir)
+        # Rank 0 makes it; every rank learns why it could not (not a gloo error on the others).
+        on_rank0(lambda: make_run_folder(self.run_dir), self.rank)
         # One launch per run folder: a second one (a double-submitted job) stops here on every rank.
         self.run_lock = lock_run_folder(self.run_dir, self.rank)
         torch.manual_seed(cfg.run.seed)
