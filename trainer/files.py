@@ -1,5 +1,6 @@
-"""Atomic file replacement (the shard writer, the checkpoint records, the run folder) and an exclusive
-file lock (the embedded corpus cache, scripts/prepare_data.py)."""
+"""Atomic file replacement (the shard writer, the checkpoint records, the run folder) and exclusive
+file locks: file_lock (the embedded corpus cache, scripts/prepare_data.py) and try_flock, the one
+non-blocking attempt both it and the run-folder lock (trainer/run_lock.py) make."""
 
 from __future__ import annotations
 
@@ -38,6 +39,33 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
         os.close(fd)
 
 
+# flock errors that mean "this file system cannot lock" (some NFS mounts, Lustre without -o flock,
+# FUSE file systems), not "another process holds it".
+_FLOCK_UNSUPPORTED = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL})
+# Linux says EWOULDBLOCK; where Python emulates flock with fcntl, a held lock reads EACCES/EAGAIN.
+_FLOCK_BUSY = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
+
+
+class FlockUnsupported(OSError):
+    """The file system cannot lock this file (the OSError flock raised is the cause)."""
+
+
+def try_flock(fd: int) -> bool:
+    """One non-blocking exclusive flock on `fd`: True taken, False held by another process.
+    Raises FlockUnsupported where the file system cannot lock, any other OSError as it came."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        if e.errno in _FLOCK_BUSY:
+            return False
+        if e.errno in _FLOCK_UNSUPPORTED:
+            raise FlockUnsupported(e.errno, e.strerror) from e
+        raise
+
+
 @contextmanager
 def file_lock(lock_path: Path, timeout_s: float, who: str, busy: str = "") -> Iterator[None]:
     """Exclusive flock on `lock_path`, polled until `timeout_s` (0: one try), then TimeoutError(busy);
@@ -51,15 +79,12 @@ def file_lock(lock_path: Path, timeout_s: float, who: str, busy: str = "") -> It
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                locked = True
-                break
-            except OSError as e:
-                if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    warnings.warn(f"{who}: cannot lock {lock_path} ({e}); going on without a lock")
+                if try_flock(fd):
+                    locked = True
                     break
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
+            except FlockUnsupported as e:
+                warnings.warn(f"{who}: cannot lock {lock_path} ({e}); going on without a lock")
+                break
             if time.monotonic() > deadline:
                 raise TimeoutError(busy or f"{who}: {lock_path} is locked by another process")
             time.sleep(0.1)

@@ -21,7 +21,6 @@ after a refused flock, to name the holder in the error.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shlex
@@ -33,14 +32,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from trainer.files import FlockUnsupported, try_flock
 from trainer.log import logger
 
 LOCK_NAME = ".titankit.lock"
-# flock errors that mean "this file system cannot lock" (some NFS mounts, Lustre without -o flock,
-# FUSE file systems) rather than "someone holds it".
-_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
-# Linux says EWOULDBLOCK; where Python emulates flock with fcntl, a held lock reads EACCES/EAGAIN.
-_BUSY = {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}
 _HOLDER_WAIT_S = 1.0  # the holder writes its identity right after locking: give it that long
 
 # Descriptors of locks this process holds (not a forked child's: _close_in_child empties it).
@@ -147,24 +142,23 @@ def acquire_run_lock(run_dir: Path | str) -> RunLock:
 
     Raises RunFolderInUse naming the holder. On a file system that cannot lock, warns and returns
     an unlocked RunLock: the run goes on unguarded, as it did before this lock existed."""
-    import fcntl
-
     run_dir = Path(run_dir)
     path = run_dir / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        taken = try_flock(fd)
     except OSError as exc:
-        os.close(fd)  # our own descriptor: closing it leaves the holder's lock alone
-        if exc.errno in _UNSUPPORTED:
+        os.close(fd)
+        if isinstance(exc, FlockUnsupported):
             reason = f"{path}: {exc.strerror or exc}"
             logger.warning(f"run folder {run_dir} cannot be locked on this file system ({reason}); "
                            "a second launch into it would not be refused, so make sure only one "
                            "job uses this run.name at a time")
             return RunLock(path, None, reason)
-        if exc.errno in _BUSY:
-            raise RunFolderInUse(_in_use_message(run_dir, path)) from None
         raise
+    if not taken:
+        os.close(fd)  # our own descriptor: closing it leaves the holder's lock alone
+        raise RunFolderInUse(_in_use_message(run_dir, path))
     _held_fds.add(fd)
     lock = RunLock(path, fd)
     data = (json.dumps(holder_identity(), indent=1) + "\n").encode()
@@ -179,8 +173,18 @@ def acquire_run_lock(run_dir: Path | str) -> RunLock:
     return lock
 
 
+def make_run_folder(run_dir: Path) -> None:
+    """{run.dump_folder}/{run.name}, or an error naming those keys (not a bare OSError traceback)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"run.dump_folder / run.name: cannot create the run folder {run_dir} "
+                         f"({exc.strerror or exc}); choose a writable run.dump_folder") from exc
+
+
 def lock_run_folder(run_dir: Path | str, rank: int, group: Any = None) -> RunLock | None:
-    """Collective, on every rank once rank 0 has created `run_dir`: global rank 0 takes the lock.
+    """Collective, on every rank: global rank 0 creates `run_dir` (make_run_folder) and takes the
+    lock, in one exchange with the other ranks, which get its error if either fails.
 
     Returns rank 0's RunLock (None on the other ranks); keep it for the run, release() it last.
     If another launch holds the folder, every rank raises RuntimeError with rank 0's message
@@ -188,5 +192,9 @@ def lock_run_folder(run_dir: Path | str, rank: int, group: Any = None) -> RunLoc
     from trainer.distributed import on_rank0
 
     held: list[RunLock] = []
-    on_rank0(lambda: held.append(acquire_run_lock(run_dir)), rank, group)
+    def make_and_lock() -> None:
+        make_run_folder(Path(run_dir))
+        held.append(acquire_run_lock(run_dir))
+
+    on_rank0(make_and_lock, rank, group)
     return held[0] if held else None

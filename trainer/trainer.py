@@ -24,7 +24,7 @@ from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_mo
 from trainer.config.validate import check_device_backends
 from trainer.data import SampleStream, build_dataset, build_tokenizer
 from trainer.data.identity import stream_identity
-from trainer.distributed import init_distributed, on_rank0, set_train_timeout
+from trainer.distributed import init_distributed, set_train_timeout
 from trainer.files import atomic_write
 from trainer.log import init_logging, logger
 from trainer.gpu_monitor import GpuSampler
@@ -75,15 +75,6 @@ def keep_launch_config(run_dir: Path, text: str) -> Path | None:
     return path
 
 
-def make_run_folder(run_dir: Path) -> None:
-    """{run.dump_folder}/{run.name}, or an error naming those keys (not a bare OSError traceback)."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"run.dump_folder / run.name: cannot create the run folder {run_dir} "
-                         f"({exc.strerror or exc}); choose a writable run.dump_folder") from exc
-
-
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, global_tokens: int) -> torch.Tensor:
     """Cross-entropy summed over this rank's tokens (fp32), divided by the step's global token count."""
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum") / global_tokens
@@ -109,9 +100,8 @@ class Trainer:
         check_device_backends(cfg, self.device.type)
         self.mesh = self.dims.build_mesh(self.device.type)
         logger.info(f"parallel dims: {self.dims}")
-        # Rank 0 makes it; every rank learns why it could not (not a gloo error on the others).
-        on_rank0(lambda: make_run_folder(self.run_dir), self.rank)
-        # One launch per run folder: a second one (a double-submitted job) stops here on every rank.
+        # Rank 0 makes the run folder and locks it, one launch per folder: a second launch (a
+        # double-submitted job) or a folder that cannot be made stops here, on every rank.
         self.run_lock = lock_run_folder(self.run_dir, self.rank)
         torch.manual_seed(cfg.run.seed)
         if cfg.run.deterministic:
