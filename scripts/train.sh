@@ -39,8 +39,22 @@ fi
 # `--signal=USR1@T` (no B:) signals every process of the step at once, torchrun included. An ignored
 # signal stays ignored across exec and in torchrun's children, so a rank ignores SIGUSR1 too until
 # trainer/train.py installs its handler (its first step; the signals of the start-up are kept).
-( trap '' USR1; exec "$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
-  ${MAX_RESTARTS:+--max-restarts=$MAX_RESTARTS} \
+# Ctrl-C (README): the terminal's SIGINT reaches this script and torchrun, not the ranks (each runs in
+# its own session). torchrun would send it on and SIGKILL the ranks 30 s later, mid-save, so it
+# starts with SIGINT ignored and left out of its --signals-to-handle (torch >= 2.9, pytorch#160690;
+# looked up in its source, since importing torch takes seconds), and this script forwards it: the
+# first makes the ranks finish the step, save it and stop; a second stops them at once.
+torch_dir=$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])' 2>/dev/null || true)
+own_int=""
+ignored="USR1"
+handled=()
+if grep -q -- "--signals-to-handle" "$torch_dir/distributed/run.py" 2>/dev/null; then
+  own_int=1
+  ignored="USR1 INT"
+  handled=(--signals-to-handle=SIGTERM,SIGHUP,SIGQUIT)
+fi
+( trap '' $ignored; exec "$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
+  "${handled[@]}" ${MAX_RESTARTS:+--max-restarts=$MAX_RESTARTS} \
   -m trainer.train --config "$CONFIG" "$@" ) &
 launcher=$!
 
@@ -66,6 +80,12 @@ forward() {
 }
 trap 'forward TERM' TERM
 trap 'forward USR1' USR1
+interrupted=""
+if [ -n "$own_int" ]; then
+  trap 'interrupted=1; forward INT' INT
+else
+  trap 'interrupted=1' INT  # torchrun forwards it
+fi
 # After a preemption signal, ranks that torchrun starts anew (--max-restarts, once a rank exited
 # non-zero: checkpoint.enable = false, or a failed save) would only train until the scheduler kills
 # the job: stop torchrun instead, so that the job ends now and non-zero.
@@ -93,4 +113,8 @@ while kill -0 "$launcher" 2>/dev/null; do
   fi
 done
 wait "$launcher"
-exit $?
+status=$?
+# After Ctrl-C the ranks exit 0 once their step is saved, but the command was interrupted: 130, as a
+# shell reports it, so that `train.sh && next` does not go on.
+[ -n "$interrupted" ] && exit 130
+exit $status

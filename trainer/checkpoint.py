@@ -86,7 +86,7 @@ from trainer.data import identity as stream_id
 from trainer.distributed import on_rank0
 from trainer.log import logger
 from trainer.optim import config_hyperparameters, keep_config_hyperparameters
-from trainer.preemption import PreemptionWatcher
+from trainer.preemption import PreemptionWatcher, stop_label
 
 FULL_SECTIONS = ("optimizer", "lr_scheduler", "data", "train")
 
@@ -754,12 +754,30 @@ class CheckpointManager:
                 f"complete checkpoint is {last}")
 
     # ---- preemption and shutdown ---------------------------------------------------------------
+    def relaunch_note(self, completed: int) -> str:
+        """For a stop that saves nothing more (a second Ctrl-C) after step `completed`: where a
+        relaunch continues, and the write in flight that the stop abandons."""
+        complete = ([s for s, _ in complete_step_folders(self.root, warn=False)]
+                    if self.enabled and self.root.is_dir() else [])
+        newest = complete[-1] if complete else 0
+        note = (f"a relaunch continues from step-{newest}" if complete
+                else "this run has no complete checkpoint yet")
+        if completed > newest:
+            note += (f" (step {completed} is not saved)" if completed == newest + 1
+                     else f" (steps {newest + 1}-{completed} are not saved)")
+        if self._pending is not None and self._pending.step not in complete:
+            note += (f"; the write of step-{self._pending.step} in flight is abandoned (a relaunch "
+                     f"skips its folder)")
+        return note
+
     def preempted(self) -> bool:
-        """Collective: True once any rank got SIGTERM/SIGUSR1, after a blocking save of this step."""
+        """Collective: True once any rank got SIGTERM/SIGUSR1 (or Ctrl-C), after a blocking save of
+        this step."""
         if self.watcher is None or not self.watcher.agreed():
             return False
         if self.rank == 0:
-            logger.warning(f"preemption signal: saving a checkpoint of step {self.trainer.step}")
+            logger.warning(f"{stop_label(self.watcher.agreed_signal)}: saving a checkpoint of step "
+                           f"{self.trainer.step}")
         try:
             # The signal may also have ended the writer processes (launchers signal the whole
             # process group): a write they left unfinished must not stop the save of this step.

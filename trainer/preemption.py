@@ -1,4 +1,5 @@
-"""Preemption: SIGTERM or SIGUSR1 make every rank finish its step, save, and exit 0.
+"""Preemption: SIGTERM or SIGUSR1 make every rank finish its step, save, and exit 0. So does a
+first Ctrl-C (SIGINT) once training runs; a second one, or one during start-up, stops at once.
 
 A signal handler may run between any two bytecodes, so it only records the signal. At the end of
 each step all ranks agree on it with one tiny all_reduce(MAX) (a CPU int on a gloo-capable group:
@@ -18,10 +19,19 @@ With checkpoint.enable = false nothing can be saved: the trainer still watches (
 PreemptionWatcher of its own) and calls exit_unsaved(), which says so on rank 0 and exits every rank
 with 128 + the signal number. A non-zero status tells Slurm (and `afterok` dependencies or requeue
 scripts) that the job did not finish and left nothing to continue from.
+
+Ctrl-C: interactive users stop a run with it, and Python's default (a KeyboardInterrupt wherever the
+main thread is, on every rank) printed a traceback per rank and lost every step since the last
+checkpoint. Once the loop runs, the first SIGINT is a stop request like a preemption (rank 0 of each
+node says so at once); a second raises KeyboardInterrupt, which trainer/train.py turns into one line
+and exit status 130 without waiting for a checkpoint write in flight. During start-up there is
+nothing to save, so a SIGINT raises at once. scripts/train.sh forwards the terminal's SIGINT to the
+ranks itself (torchrun, which would SIGKILL them 30 s later, ignores it there).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -35,24 +45,44 @@ if TYPE_CHECKING:
     import torch.distributed as dist
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+WATCHED_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT)
+
+
+def stop_label(signum: int) -> str:
+    """How the logs name what stopped the run."""
+    return "Ctrl-C" if signum == signal.SIGINT else "preemption signal"
 
 
 class PreemptionWatcher:
-    """Records SIGTERM / SIGUSR1; `agreed()` says (collectively) whether any rank received one."""
+    """Records SIGTERM / SIGUSR1 (and a first SIGINT while training); `agreed()` says (collectively)
+    whether any rank received one."""
 
     def __init__(self, group: dist.ProcessGroup | None = None):
         self.group = group
         self.received: int | None = None  # the first signal number seen
         self.agreed_signal = 0  # set by agreed(): the highest signal number any rank received
+        self.interrupts = 0  # SIGINTs seen
+        # Set by the Trainer when its loop starts: before that a SIGINT raises KeyboardInterrupt at
+        # once (nothing to save), after it the first is a stop request; `saves` is what it promises.
+        self.training = False
+        self.saves = True
         self._previous: dict[int, object] = {}
         if threading.current_thread() is not threading.main_thread():
             logger.warning("checkpoint: not in the main thread, so SIGTERM/SIGUSR1 cannot be "
                            "handled; a preemption will kill this run without a final checkpoint")
             return
-        for sig in PREEMPTION_SIGNALS:
+        for sig in WATCHED_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1 or not self.training:
+                raise KeyboardInterrupt
+            _say_once_per_node(
+                "Ctrl-C: stopping after this step" + (", once it is saved" if self.saves else
+                                                      " (checkpoint.enable is false: nothing is saved)")
+                + "; Ctrl-C again stops at once" + (", unsaved" if self.saves else ""))
         if self.received is None:
             self.received = signum
 
@@ -78,7 +108,7 @@ class PreemptionWatcher:
         if not dist.is_initialized() or dist.get_rank() == 0:
             when = (f"during start-up, before step {step + 1}: this launch trained nothing and"
                     if during_startup else f"after step {step}: nothing is saved because")
-            logger.warning(f"preemption signal ({sig.name}) {when} checkpoint.enable is false; "
+            logger.warning(f"{stop_label(sig)} ({sig.name}) {when} checkpoint.enable is false; "
                            f"exiting with status {status}: the job did not finish (set "
                            f"checkpoint.enable = true to save the current step on preemption)")
         raise SystemExit(status)
@@ -88,3 +118,10 @@ class PreemptionWatcher:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+
+
+def _say_once_per_node(message: str) -> None:
+    """From a signal handler: one write to stderr on each node's first rank (the logging module
+    takes locks the interrupted code may hold)."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        os.write(2, f"[rank{os.environ.get('RANK', '0')}] {message}\n".encode())

@@ -8,18 +8,29 @@ from __future__ import annotations
 import os
 import sys
 
+INTERRUPTED = 128 + 2  # 128 + SIGINT, as a shell reports a command that Ctrl-C ended
+
 
 def main(argv: list[str] | None = None) -> int:
     from trainer.preemption import PreemptionWatcher
 
     # First: a preemption signal during start-up (model build, checkpoint load, wandb: minutes on a
     # large model) is kept for the first step instead of ignored (SIGUSR1 inherited as ignored from
-    # scripts/train.sh) or fatal (SIGTERM's default).
+    # scripts/train.sh) or fatal (SIGTERM's default). A Ctrl-C raises KeyboardInterrupt until the
+    # loop starts, and again at the second one (trainer/preemption.py).
     preemption = PreemptionWatcher()
+    try:
+        return _run(sys.argv[1:] if argv is None else argv, preemption)
+    except KeyboardInterrupt:
+        preemption.close()
+        return _interrupted("at once: nothing more is saved" if preemption.training
+                            else "during start-up: this launch trained nothing")
+
+
+def _run(argv: list[str], preemption) -> int:
     from trainer.config import ConfigError, load_config, validate_config
     from trainer.parallel.dims import env_world_size
 
-    argv = sys.argv[1:] if argv is None else argv
     try:
         cfg = load_config(argv)
         # Fail on an impossible layout or batch here, before any process group is started.
@@ -44,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return _stopped(exc, 2, "start-up")
     except BaseException:
         preemption.close()
+        destroy_distributed()
         raise
     try:
         trainer.train()
@@ -53,6 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         import torch.distributed as dist
 
         dist.barrier()
+    except KeyboardInterrupt:
+        # A second Ctrl-C: stop now. close() would wait for a checkpoint write in flight, and so
+        # would the interpreter's exit (its thread is joined): __main__ leaves with os._exit.
+        preemption.close()
+        done = getattr(trainer, "completed_step", trainer.step)
+        note = (trainer.checkpointer.relaunch_note(done) if trainer.checkpointer is not None
+                else "checkpoint.enable is false: nothing is saved")
+        return _interrupted(f"after step {done}: {note}")
     except NonFiniteError as exc:
         trainer.close()
         if os.environ.get("TITANKIT_TRACEBACK"):
@@ -66,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _interrupted(what: str) -> int:
+    """One line per node for a Ctrl-C that stops at once."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"[rank{os.environ.get('RANK', '0')}] stopped by Ctrl-C {what}", file=sys.stderr)
+    return INTERRUPTED
+
+
 def _stopped(exc: BaseException, status: int, phase: str) -> int:
     """One line per rank for an error whose message says what to do; the traceback on request."""
     rank = os.environ.get("RANK", "0")
@@ -75,4 +102,10 @@ def _stopped(exc: BaseException, status: int, phase: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == INTERRUPTED:
+        # Now, as the user asked: no join of a checkpoint writer thread still running.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

@@ -35,7 +35,7 @@ from trainer.parallel import parallelize
 from trainer.parallel.dims import ParallelDims, env_world_size
 from trainer.parallel.fsdp import grad_sync_interval, reshard_after_last_backward_only
 from trainer.parallel.init import seeded_init_fn
-from trainer.preemption import PreemptionWatcher
+from trainer.preemption import PreemptionWatcher, stop_label
 from trainer.run_lock import lock_run_folder
 from trainer.profiling import StepProfiler
 
@@ -277,6 +277,7 @@ class Trainer:
         self.tokens_seen += self.global_tokens
         self.last_grad_norm = norm_val
         self.last_data_time = t_data
+        self.completed_step = self.step  # self.step counts from the step's start
         return loss_val
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -288,6 +289,10 @@ class Trainer:
         local_tokens = t.local_batch_size * t.seq_len * self.grad_accum  # per DP rank, pre-CP split
         self.meter.reset()
         first = True
+        self.completed_step = self.step  # the loaded checkpoint's, or 0
+        # From here a first Ctrl-C stops after the current step (saved) instead of at once.
+        self.preemption.saves = cfg.checkpoint.enable
+        self.preemption.training = True
         if self._preempted_during_startup():
             return
         profiler = StepProfiler(cfg, self.run_dir, self.rank, dist.get_world_size(), self.device, self.step)
@@ -312,7 +317,9 @@ class Trainer:
                 })
             if self.checkpointer is not None:
                 if self.checkpointer.after_step(self.step, last=last):
-                    logger.warning(f"preemption signal: checkpoint of step {self.step} saved, exiting")
+                    label = stop_label(self.preemption.agreed_signal)
+                    logger.warning(f"{label}: checkpoint of step {self.step} saved, exiting"
+                                   + ("; relaunch the same command to continue" if label == "Ctrl-C" else ""))
                     break
             if self.unsaved_preemption is not None and self.unsaved_preemption.agreed():
                 self.unsaved_preemption.exit_unsaved(self.step)
@@ -329,7 +336,8 @@ class Trainer:
         if self.rank == 0:
             done = (f"a relaunch continues from the checkpoint of step {self.step}" if self.step
                     else "no step was trained")
-            logger.warning(f"preemption signal during start-up: stopping before step {self.step + 1} "
+            logger.warning(f"{stop_label(self.preemption.agreed_signal)} during start-up: stopping "
+                           f"before step {self.step + 1} "
                            f"with nothing new to save ({done})")
         return True
 

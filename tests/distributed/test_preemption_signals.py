@@ -1,4 +1,5 @@
-"""Preemption signals as Slurm delivers them, through scripts/train.sh on 2 CPU gloo ranks.
+"""Preemption signals as Slurm delivers them, and Ctrl-C as a terminal does, through scripts/train.sh
+on 2 CPU gloo ranks.
 
 `#SBATCH --signal=USR1@T` (no B:) sends USR1 to every process of the job step at once: train.sh,
 torchrun and the training ranks. `--signal=B:USR1@T` on a job whose batch script is train.sh reaches
@@ -10,12 +11,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from tests.distributed.test_checkpoint_resume import (
     CONFIG,
+    REPO,
     children,
+    env,
     logged_steps,
     saved_state,
     train_sh,
@@ -125,3 +129,29 @@ def test_sigterm_without_checkpoints_warns_and_exits_non_zero(dump):
     steps = logged_steps(run)
     assert steps == sorted(set(steps)), steps  # one attempt: the group was not started again
     assert not (run / "checkpoint").exists()
+
+
+def test_ctrl_c_saves_the_step_and_exits_130_without_tracebacks(dump):
+    # A terminal sends SIGINT to its foreground process group: train.sh and torchrun, not the ranks
+    # (torchrun starts each in its own session). train.sh forwards it; torchrun ignores it.
+    run = dump / "ctrl_c"
+    e = dict(env(), NGPU="2", CONFIG=str(dump / "job.toml"), PYTHON=sys.executable, MAX_RESTARTS="1")
+    proc = subprocess.Popen(["bash", str(REPO / "scripts" / "train.sh"), "--run.name=ctrl_c",
+                             "--training.steps=10000", "--checkpoint.interval=10000"],
+                            cwd=REPO, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        wait_for_step(run, proc, 3, timeout=60)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            end_tree(proc)
+    assert proc.returncode == 130, err[-4000:]  # interrupted, as a shell reports it
+    last = logged_steps(run)[-1]
+    assert sorted(p.name for p in (run / "checkpoint").iterdir()) == [f"step-{last}"]
+    assert saved_state(run / "checkpoint" / f"step-{last}")["step"] == last
+    assert err.count("[rank0] Ctrl-C: stopping after this step, once it is saved") == 1, err[-4000:]
+    assert err.count("Ctrl-C: saving a checkpoint of step") == 1, err[-4000:]
+    assert err.count(f"checkpoint of step {last} saved, exiting") == 2  # both ranks, no restart
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-4000:]
