@@ -609,11 +609,16 @@ def test_a_stager_that_cannot_stage_twice_falls_back_to_fresh_copies(monkeypatch
     assert "cannot stage twice (KeyError" in what and "fresh, unpinned CPU memory" in what
 
 
-def writer_pid() -> int:
-    """The pid of DCP's writer process (one per training process, started by the first save)."""
+def writer_pid(timeout: float = 60.0) -> int:
+    """The pid of DCP's writer process (one per training process, started by the first save).
+    DCP starts it from the save's background thread and publishes it only once the new interpreter
+    has imported torch (seconds on a loaded 2-core machine), so it is waited for."""
     from torch.distributed.checkpoint import _async_process_executor as executor
 
-    assert executor._CHECKPOINT_PROCESS is not None, "no writer process was started"
+    deadline = time.monotonic() + timeout
+    while executor._CHECKPOINT_PROCESS is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert executor._CHECKPOINT_PROCESS is not None, f"no writer process was started in {timeout} s"
     return executor._CHECKPOINT_PROCESS._save_process.pid
 
 
