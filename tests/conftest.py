@@ -93,3 +93,17 @@ def logs():
     yield captured
     logger.removeHandler(captured.handler)
     logger.setLevel(old_level)
+
+
+@pytest.fixture(autouse=True)
+def _titankit_logger_as_before():
+    """A Trainer built in the test process sets the project logger up once (a stream handler, no
+    propagation): undone after each test, so that a later test's caplog does not depend on which
+    tests ran before it."""
+    import logging
+
+    log = logging.getLogger("titankit")
+    before = (list(log.handlers), log.propagate, log.level)
+    yield
+    log.handlers[:] = before[0]
+    log.propagate, log.level = before[1], before[2]

@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 logger = logging.getLogger("titankit")
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the sys.stderr of the moment. A StreamHandler keeps the stream it was made with,
+    and when that was a temporary one (pytest's capture, a notebook cell's redirect), every later
+    record fails with "I/O operation on closed file"."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def init_logging(rank: int | None = None) -> None:
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
     if logger.handlers:
         return
-    handler = logging.StreamHandler()
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter(f"[rank{rank}] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
