@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--attention", default="sdpa", help="model.attention backend")
-    ap.add_argument("--norm", default="torch", help="model.norm_backend")
+    ap.add_argument("--norm", default="torch", help="the RMSNorm backend (the model args' norm_backend, "
+                    "--model.overrides.norm_backend in a run)")
     ap.add_argument("--variants", default="base", help=f"comma-separated, of {', '.join(VARIANTS)}")
     ap.add_argument("--float8", default="none", choices=("none", *FP8_RECIPES),
                     help="run the block's Linears in FP8 with this recipe (trainer/float8.py)")

@@ -97,13 +97,14 @@ def logs():
 
 @pytest.fixture(autouse=True)
 def _titankit_logger_as_before():
-    """A Trainer built in the test process sets the project logger up once (a stream handler, no
+    """A Trainer built in the test process sets the project's loggers up once (a stream handler, no
     propagation): undone after each test, so that a later test's caplog does not depend on which
     tests ran before it."""
     import logging
 
-    log = logging.getLogger("titankit")
-    before = (list(log.handlers), log.propagate, log.level)
+    logs = [logging.getLogger(name) for name in ("titankit", "kernels")]
+    before = [(list(log.handlers), log.propagate, log.level) for log in logs]
     yield
-    log.handlers[:] = before[0]
-    log.propagate, log.level = before[1], before[2]
+    for log, (handlers, propagate, level) in zip(logs, before):
+        log.handlers[:] = handlers
+        log.propagate, log.level = propagate, level

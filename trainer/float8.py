@@ -42,7 +42,6 @@ Composition:
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 
@@ -50,8 +49,7 @@ import torch
 from torch import nn
 
 from kernels import fp8
-
-logger = logging.getLogger(__name__)
+from trainer.log import logger
 
 RECIPES = ("tensorwise", "rowwise")
 BACKENDS = ("torch", "triton", "thunderkittens")

@@ -27,15 +27,13 @@ above (a warning at conversion says so).
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 import kernels.moe
 from kernels.fp8 import reference as R
+from trainer.log import logger
 from trainer.models.moe import GroupedExperts, grouped_swiglu
 
-logger = logging.getLogger(__name__)
 
 GEMMS = ("emulated", "grouped", "scaled_mm")
 _ROW_ALIGN = 16  # e4m3 rows of 16 bytes: group starts (and grad_weight's contraction) for cuBLAS/CUTLASS

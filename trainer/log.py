@@ -29,6 +29,9 @@ def init_logging(rank: int | None = None) -> None:
         return
     handler = _StderrHandler()
     handler.setFormatter(logging.Formatter(f"[rank{rank}] %(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    logger.propagate = False
+    # The kernel package logs under "kernels" (it does not depend on the trainer): its records get
+    # the same rank prefix and per-rank level instead of Python's bare last-resort output.
+    for log in (logger, logging.getLogger("kernels")):
+        log.addHandler(handler)
+        log.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+        log.propagate = False

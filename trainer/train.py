@@ -5,6 +5,7 @@ Also runs as a plain `python -m trainer.train ...` (a 1-rank group).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -32,9 +33,10 @@ def _run(argv: list[str], preemption) -> int:
     from trainer.parallel.dims import env_world_size
 
     try:
-        cfg = load_config(argv)
-        # Fail on an impossible layout or batch here, before any process group is started.
-        dims = validate_config(cfg, env_world_size())
+        with _config_warnings_logged():
+            cfg = load_config(argv)
+            # Fail on an impossible layout or batch here, before any process group is started.
+            dims = validate_config(cfg, env_world_size())
     except (ConfigError, ValueError) as exc:
         preemption.close()
         print(f"error: {exc}", file=sys.stderr)
@@ -84,6 +86,27 @@ def _run(argv: list[str], preemption) -> int:
     finally:
         destroy_distributed()
     return 0
+
+
+@contextlib.contextmanager
+def _config_warnings_logged():
+    """The config's warnings (rank 0's, once each: trainer/config/checks.py) as log lines, not as
+    Python's `path:line: UserWarning:` with a source line; other warnings as Python shows them."""
+    import warnings
+
+    from trainer.log import init_logging, logger
+
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            yield
+        finally:
+            config_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep + "config" + os.sep
+            for w in caught:
+                if w.category is UserWarning and w.filename.startswith(config_dir):
+                    init_logging()
+                    logger.warning(str(w.message))
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
 def _interrupted(what: str) -> int:

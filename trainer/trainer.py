@@ -125,6 +125,8 @@ class Trainer:
         self.global_tokens = gbs * t.seq_len
         # What a checkpoint records, so a resume can refuse to continue another stream.
         self.data_identity = stream_identity(self.dataset, t.seq_len, gbs, cfg.run.seed)
+        if self.rank == 0:
+            self._log_data_coverage(t.steps, gbs)
 
         # Model: meta -> (fp8) -> parallelize -> materialize -> init, so no rank ever holds it whole.
         family = FAMILIES[cfg.model.name]
@@ -185,6 +187,20 @@ class Trainer:
         self.unsaved_preemption = None if cfg.checkpoint.enable else self.preemption
         logger.info(f"model {cfg.model.name}/{cfg.model.flavor}: {self.n_params:,} params, "
                     f"{self.flops_per_token:.3e} FLOPs/token, grad accumulation {self.grad_accum}")
+
+    def _log_data_coverage(self, steps: int, gbs: int) -> None:
+        """How much of the dataset the run reads: a run past one epoch repeats samples (a small
+        dataset is memorised: the loss falls while nothing new is learned), so that is a warning."""
+        n = self.stream.n_windows
+        epochs = steps * gbs / n
+        line = (f"data: {self.dataset.name}: {len(self.dataset):,} tokens, {n:,} samples of "
+                f"{self.stream.seq_len} tokens; {steps:,} steps x {gbs} samples read "
+                f"{steps * gbs:,} of them ({epochs:.3g} epochs)")
+        if epochs > 1:
+            logger.warning(f"{line}: every sample is seen about {epochs:.3g} times (a larger "
+                           f"dataset, fewer training.steps or a smaller batch reads each once)")
+        else:
+            logger.info(line)
 
     def _warn_unused_checkpoints(self) -> None:
         """A relaunch that forgot checkpoint.enable would silently start over beside the saved steps."""

@@ -513,6 +513,11 @@ def test_unknown_model_name_and_flavor():
     msg = str(exc.value)
     assert "model.flavor" in msg and "did you mean 'debug'" in msg
     assert all(f in msg for f in fams["llama3"].flavors)
+    # Another family's flavor: the name is what to change (it suggested 'debug' before).
+    with pytest.raises(ConfigError, match=r'command line: model.flavor = "moe_debug" is a flavor of '
+                                          r'model.name = "moe", and model.name is "llama3" \(default\); '
+                                          r'set model.name = "moe"'):
+        validate_config(load_config(["--model.flavor=moe_debug"]), 1)
 
 
 def test_model_overrides_are_checked_and_applied():

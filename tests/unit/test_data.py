@@ -428,3 +428,22 @@ def test_a_tokenizer_file_is_parsed_once_per_launch_and_again_when_rewritten(tmp
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
     again = build_tokenizer(str(path))
     assert again is not first and again.vocab_size == first.vocab_size + 1
+
+
+def test_the_run_says_how_much_of_the_dataset_it_reads_and_warns_past_one_epoch(logs):
+    import logging
+    from types import SimpleNamespace
+
+    from trainer.trainer import Trainer
+
+    # What the Trainer logs at start-up on rank 0: 17 samples read 4 times over is a warning (QA:
+    # a tiny dataset trained 3.8 epochs and memorised it without a word).
+    dataset = type("Shards", (), {"name": "shards", "__len__": lambda self: 4405})()
+    run = SimpleNamespace(stream=SimpleNamespace(n_windows=17, seq_len=256), dataset=dataset)
+    Trainer._log_data_coverage(run, 8, 8)
+    assert logs.at(logging.WARNING) == [
+        "data: shards: 4,405 tokens, 17 samples of 256 tokens; 8 steps x 8 samples read 64 of them "
+        "(3.76 epochs): every sample is seen about 3.76 times (a larger dataset, fewer "
+        "training.steps or a smaller batch reads each once)"]
+    Trainer._log_data_coverage(run, 2, 8)
+    assert logs.at(logging.INFO)[-1].endswith("read 16 of them (0.941 epochs)")

@@ -131,16 +131,15 @@ class _Net(nn.Module):
         return self.output(h) + self.small(h).sum(-1, keepdim=True)
 
 
-def test_convert_respects_filters_and_shares_parameters(caplog):
+def test_convert_respects_filters_and_shares_parameters(logs):
     net = _Net()
     w0 = net.layers["0"].weight
-    with caplog.at_level(logging.INFO, logger="trainer.float8"):
-        done = convert_to_float8_training(net, Float8(enable=True, recipe="rowwise"))
+    done = convert_to_float8_training(net, Float8(enable=True, recipe="rowwise"))
     assert done == ["layers.0", "layers.1"]
     assert isinstance(net.layers["1"], Float8Linear) and net.layers["1"].recipe == "rowwise"
     assert type(net.small) is nn.Linear and type(net.output) is nn.Linear
     assert net.layers["0"].weight is w0  # same Parameter: optimizers and FSDP see no change
-    lines = [r.getMessage() for r in caplog.records if r.name == "trainer.float8"]
+    lines = logs.at(logging.INFO, "float8:")  # the project logger: it reaches the run's log
     assert len(lines) == 1 and "2 Linear layers" in lines[0] and "2 kept" in lines[0]
     net2 = _Net()
     assert convert_to_float8_training(net2, Float8(enable=True, filter_fqns=["layers.1", "output"])) == ["layers.0"]

@@ -41,6 +41,20 @@ def test_thunderkittens_off_cuda_is_refused_naming_the_key(tmp_path, monkeypatch
     check_device_backends(load_config(["--float8.backend=thunderkittens"]), "cpu")  # FP8 off: unused
 
 
+def test_triton_off_cuda_is_refused_unless_the_interpreter_is_on(tmp_path, monkeypatch, capsys):
+    # Before: start-up passed and the first forward raised a traceback per rank from the kernel.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert launch(tmp_path, monkeypatch, "--model.attention=triton") == 2
+    assert ('[rank0] error: command line: model.attention = "triton" needs a CUDA GPU and this run\'s '
+            'device is cpu; use "sdpa" here (or export TRITON_INTERPRET=1') in capsys.readouterr().err
+    fp8 = load_config(["--float8.enable", "--float8.backend=triton"])
+    with pytest.raises(ConfigError, match=r'float8.backend = "triton" .* use "torch" \(emulated'):
+        check_device_backends(fp8, "cpu")
+    check_device_backends(fp8, "cuda")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the CPU kernel tests' way: allowed
+    check_device_backends(fp8, "cpu")
+
+
 def test_a_non_finite_step_ends_the_run_with_its_message(tmp_path, monkeypatch, capsys):
     from trainer.trainer import NonFiniteError, Trainer
 
@@ -52,3 +66,16 @@ def test_a_non_finite_step_ends_the_run_with_its_message(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert "[rank0] error: step 1: loss nan / grad norm nan is not finite" in err
     assert "(training stopped, exit status 1; NonFiniteError" in err
+
+
+def test_config_warnings_are_log_lines_not_python_warnings(tmp_path, monkeypatch, capsys, logs):
+    import logging
+
+    import trainer.config.checks as checks
+
+    monkeypatch.setattr(checks, "_WARNED", set())  # said once per process: maybe earlier, elsewhere
+    assert launch(tmp_path, monkeypatch, "--lr_scheduler.warmup_steps=4") == 0
+    assert any(m.startswith("lr_scheduler.warmup_steps = 4 (command line) > training.steps = 1")
+               for m in logs.at(logging.WARNING))
+    err = capsys.readouterr().err
+    assert "UserWarning" not in err and "check_values(cfg)" not in err, err

@@ -21,11 +21,11 @@ class Run:
     deterministic: bool = False
     """Deterministic kernels (torch.use_deterministic_algorithms); needed for bitwise resume."""
     deterministic_fill: bool = True
-    """Under deterministic: torch writes NaN into every new tensor first (torch.utils.deterministic.
-    fill_uninitialized_memory), so that a kernel reading memory it never wrote stays reproducible.
-    false skips those writes: 3-4% more tokens/s on an 8-layer Llama-3 8B on one H200 (docs/
-    benchmarks.md 4l). The run stays bitwise reproducible while every kernel writes what it reads
-    (the resume tests check ours)."""
+    """Under deterministic: torch writes NaN into every new tensor first
+    (torch.utils.deterministic.fill_uninitialized_memory), so that a kernel reading memory it never
+    wrote stays reproducible. false skips those writes: 3-4% more tokens/s on an 8-layer Llama-3 8B
+    on one H200 (docs/benchmarks.md 4l). The run stays bitwise reproducible while every kernel
+    writes what it reads (the resume tests check ours)."""
 
 
 @dataclass

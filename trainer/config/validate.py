@@ -7,6 +7,7 @@ any process group starts; it returns the ParallelDims so the same degrees are us
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,16 @@ def resolve_model_args(cfg: JobConfig) -> Any:
     flavor = cfg.model.flavor
     if flavor not in family.flavors:
         hint = suggest(flavor, list(family.flavors))
+        from trainer.models import FAMILIES
+
+        # A flavor of another family (moe_debug under llama3) means the name is what is wrong.
+        owner = next((n for n, f in FAMILIES.items() if flavor in f.flavors), None)
+        if owner is not None:
+            raise ConfigError(
+                f"{source_of(cfg, 'model.flavor')}: model.flavor = {format_value(flavor)} is a flavor "
+                f"of model.name = \"{owner}\", and model.name is \"{cfg.model.name}\" "
+                f"({source_of(cfg, 'model.name')}); set model.name = \"{owner}\", or a flavor of "
+                f"{cfg.model.name}: {', '.join(family.flavors)}")
         raise ConfigError(
             f"{source_of(cfg, 'model.flavor')}: model.flavor = {format_value(flavor)}: not a flavor "
             f"of {cfg.model.name}{f' (did you mean {hint!r}?)' if hint else ''}; "
@@ -181,6 +192,12 @@ def check_device_backends(cfg: JobConfig, device_type: str) -> None:
             raise ConfigError(
                 f"{source_of(cfg, key)}: {key} = \"thunderkittens\" needs an NVIDIA Hopper GPU "
                 f"(sm_90a) and this run's device is {device_type}; use {here} here")
+        # Triton kernels run off CUDA only in Triton's interpreter (slow; what the CPU tests use).
+        if value == "triton" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ConfigError(
+                f"{source_of(cfg, key)}: {key} = \"triton\" needs a CUDA GPU and this run's device "
+                f"is {device_type}; use {here} here (or export TRITON_INTERPRET=1 to run the Triton "
+                f"kernels in Triton's interpreter, slowly)")
 
 
 def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import platform
 import shutil
@@ -29,10 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from trainer.files import file_lock
+from trainer.log import logger
 
 from .shards import write_shard
-
-logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 DEFAULT_MAX_BYTES = 32 * 2**20

@@ -134,7 +134,8 @@ class ParallelDims:
                 f"training.seq_len = {seq_len} must be divisible by "
                 + (f"2 x context_parallel_degree x tensor_parallel_degree = {div}" if self.cp > 1
                    else f"tensor_parallel_degree = {div}")
-                + " (each CP rank holds two load-balanced chunks; SP splits them across TP)"
+                + (" (each CP rank holds two load-balanced chunks; SP splits them across TP)"
+                   if self.cp > 1 else " (sequence parallelism splits each sequence across TP)")
             )
 
     # Degrees that other code asks about.
