@@ -22,8 +22,8 @@ scripts) that the job did not finish and left nothing to continue from.
 
 Ctrl-C: interactive users stop a run with it, and Python's default (a KeyboardInterrupt wherever the
 main thread is, on every rank) printed a traceback per rank and lost every step since the last
-checkpoint. Once the loop runs, the first SIGINT is a stop request like a preemption (rank 0 of each
-node says so at once); a second raises KeyboardInterrupt, which trainer/train.py turns into one line
+checkpoint. Once the loop runs, the first SIGINT is a stop request like a preemption (the first rank
+of each node says so at once); a second raises KeyboardInterrupt, which trainer/train.py turns into one line
 and exit status 130 without waiting for a checkpoint write in flight. During start-up there is
 nothing to save, so a SIGINT raises at once. scripts/train.sh forwards the terminal's SIGINT to the
 ranks itself (torchrun, which would SIGKILL them 30 s later, ignores it there).
