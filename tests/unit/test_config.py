@@ -26,6 +26,7 @@ from trainer.config import (
 from trainer.config.checks import CHOICES
 from trainer.config.fields import section_fields, sections
 from trainer.config.help import key_docs
+from trainer.data.prepare import prepare
 
 try:
     import tomllib
@@ -838,6 +839,48 @@ def test_missing_dataset_folder_fails_in_validation(tmp_path):
         validate_config(load_file(f), world_size=1)
     with pytest.raises(ConfigError, match=rf"{f} is a file, not a folder"):
         validate_config(load_config([f"--data.dataset={f}"]), world_size=1)
+
+
+def test_a_raw_corpus_as_dataset_gets_the_command_that_makes_its_shard_folder(tmp_path):
+    """data.dataset naming the corpus itself (a .jsonl file, a glob, a missing .txt): the hint
+    takes it as --input and proposes a new folder beside it as --output (never the corpus: that
+    made prepare_data fail), plus the --data.dataset to train with afterwards."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "a document"}\n')
+
+    def message(spec: str, *extra: str) -> str:
+        with pytest.raises(ConfigError) as exc:
+            validate_config(load_config([f"--data.dataset={spec}", *extra]), world_size=1)
+        return str(exc.value)
+
+    shards = tmp_path / "corpus_shards"
+    assert message(str(corpus)) == (
+        f'command line: data.dataset = "{corpus}": {corpus} is a file, not a folder; data.dataset is '
+        f'"embedded" or a folder of token shards: make one from this file with python '
+        f"scripts/prepare_data.py --input {corpus} --output {shards} --tokenizer bytes, then train "
+        f"with --data.dataset={shards}")
+    # A glob is quoted (prepare_data expands it); its folder is named from the pattern's fixed part,
+    # and the run's tokenizer is passed on (quoted too).
+    msg = message(str(tmp_path / "corpus-*.jsonl"), f"--data.tokenizer={tmp_path / 'my tok.json'}")
+    assert "corpus-*.jsonl is a pattern of files that matches none, not a folder" in msg
+    assert f"--input '{tmp_path}/corpus-*.jsonl' --output {shards} --tokenizer '{tmp_path}/my tok.json'" in msg
+    msg = message(str(tmp_path / "*.jsonl"))
+    assert "(1 match now)" in msg and f"--output {tmp_path / 'shards'} --tokenizer bytes" in msg
+    # A missing file named like a corpus: the same command, with a sibling folder.
+    assert (f"--input {tmp_path / 'gone.txt'} --output {tmp_path / 'gone_shards'} --tokenizer bytes, then "
+            f"train with --data.dataset={tmp_path / 'gone_shards'}") in message(str(tmp_path / "gone.txt"))
+    # A sibling name taken by a file is skipped; another kind of file is named as prepare_data's input
+    # with the types it reads.
+    (tmp_path / "notes_shards").write_text("")
+    (tmp_path / "notes.md").write_text("")
+    assert (f"--input {tmp_path / 'notes.md'} --output {tmp_path / 'notes_shards_2'} --tokenizer bytes "
+            "(it reads .txt, .jsonl, .parquet files)") in message(str(tmp_path / "notes.md"))
+    # A shard file of a prepared folder: train on its folder.
+    assert prepare([str(corpus)], shards, log=None).total_tokens == 11
+    assert message(str(shards / "shard-000000-0000.bin")).endswith(
+        f"is a file of the token shard folder {shards}, not a folder; train on the folder: "
+        f"--data.dataset={shards}")
+    validate_config(load_config([f"--data.dataset={shards}"]), world_size=1)
 
 
 def test_existing_dataset_folder_and_embedded_pass_validation(tmp_path):

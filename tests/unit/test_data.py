@@ -199,12 +199,19 @@ def test_build_dataset(tmp_path):
     tok = ByteTokenizer()
     src = build_dataset(SimpleNamespace(dataset="embedded", cache_dir=str(tmp_path / "cache")), tok)
     assert len(src) > 1_000_000 and src.fingerprint == tok.fingerprint
-    with pytest.raises(ValueError, match="data.dataset: '.*nowhere' is neither 'embedded'"):
+    with pytest.raises(ValueError, match=r"data.dataset: '.*nowhere': no folder at .*nowhere; data.dataset is "
+                                         r"\"embedded\" or a folder of token shards, made with python "
+                                         r"scripts/prepare_data.py --input FILES --output .*nowhere --tokenizer bytes"):
         build_dataset(SimpleNamespace(dataset=str(tmp_path / "nowhere"), cache_dir=""), tok)
+    # The corpus file itself: its shards go to a new folder beside it, with the run's tokenizer.
+    (tmp_path / "c.jsonl").write_text("")
+    hf = HFTokenizer(make_hf_tokenizer(tmp_path))
+    with pytest.raises(ValueError, match=r"--input .*c\.jsonl --output .*c_shards --tokenizer .*tokenizer\.json, "
+                                         r"then train with --data.dataset=.*c_shards$"):
+        build_dataset(SimpleNamespace(dataset=str(tmp_path / "c.jsonl"), cache_dir=""), hf)
     (tmp_path / "shards").mkdir()
     write_shard(tmp_path / "shards" / "x.bin", np.arange(99), tok)
     assert len(build_dataset(SimpleNamespace(dataset=str(tmp_path / "shards"), cache_dir=""), tok)) == 99
-    hf = HFTokenizer(make_hf_tokenizer(tmp_path))
     msg = r"x\.bin was made by tokenizer 'bytes-v1' but this run's tokenizer is 'sha256:"
     with pytest.raises(ValueError, match=msg):
         build_dataset(SimpleNamespace(dataset=str(tmp_path / "shards"), cache_dir=""), hf)

@@ -143,6 +143,46 @@ def test_cli(tmp_path, capsys):
     assert rc == 2 and "missing.txt" in capsys.readouterr().err
 
 
+def test_output_that_is_a_file_or_under_an_input_glob_is_refused(tmp_path, capsys, monkeypatch):
+    """The corpus file given as --output too (what the old data.dataset hint proposed) is one
+    error line naming it and a folder to use instead; the file is untouched and nothing is created.
+    A glob that would match the shards written into --output is refused before it can feed them
+    back in on the rerun that resumes."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prepare_data
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"text": "a document"}) + "\n")
+    before = corpus.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    for inputs in (["corpus.jsonl"], [str(tmp_path / "*.jsonl")]):
+        rc = prepare_data.main(["--input", *inputs, "--output", "corpus.jsonl", "--workers", "1"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err == (f"prepare_data: error: --output {corpus} is a file (one of the --input files), not a "
+                       f"folder: --output names the folder the shards are written to (created when missing), "
+                       f"e.g. --output {tmp_path / 'corpus_shards'} (nothing was written)\n")
+    # Another existing file: the same refusal, without the claim that it is an input.
+    (tmp_path / "notes.md").write_text("mine")
+    with pytest.raises(ValueError, match=r"notes\.md is a file, not a folder: --output names the folder"):
+        prepare(["corpus.jsonl"], "notes.md", log=None)
+    assert corpus.read_bytes() == before and (tmp_path / "notes.md").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "notes.md"]
+    # The suggested folder works.
+    assert prepare_data.main(["--input", "corpus.jsonl", "--output", "corpus_shards", "--workers", "1"]) == 0
+    capsys.readouterr()
+    # '**' matches the shard files of a folder under it (a rerun would read them as inputs);
+    # '*.jsonl' does not, so the same folder is fine with it.
+    for glob_ in (str(tmp_path / "**"), str(tmp_path / "*" / "shard-*")):
+        with pytest.raises(ValueError, match=r"out is inside --input .*: the pattern matches the shard files"):
+            prepare([glob_], tmp_path / "out", log=None)
+    assert not (tmp_path / "out").exists()
+    assert prepare([str(tmp_path / "*.jsonl")], tmp_path / "out", log=None).total_tokens == 11
+    assert prepare([str(tmp_path / "*.jsonl")], tmp_path / "out", log=None).skipped == 1  # the rerun resumes
+
+
 @pytest.mark.parametrize("name,content,tokens", [
     ("empty.txt", "", 1),  # one empty document: its EOS only
     ("empty.jsonl", "", 0),

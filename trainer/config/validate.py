@@ -146,18 +146,15 @@ def _model_limits(cfg: JobConfig, args: Any) -> None:
 
 def _dataset_exists(cfg: JobConfig) -> None:
     """data.dataset is "embedded" or a folder of token shards (trainer.data.build_dataset): a
-    missing folder is found here, not after every rank has started."""
+    missing folder is found here, not after every rank has started. A raw corpus file or glob named
+    here gets the prepare_data command that turns it into a folder (trainer/data/dataset_hint.py)."""
+    from trainer.data.dataset_hint import dataset_problem
+
     spec = cfg.data.dataset
-    if spec == "embedded":
+    if spec == "embedded" or Path(spec).expanduser().is_dir():
         return
-    folder = Path(spec).expanduser().absolute()
-    if folder.is_dir():
-        return
-    found = f"{folder} is a file, not a folder" if folder.exists() else f"no folder at {folder}"
-    raise ConfigError(
-        f"{source_of(cfg, 'data.dataset')}: data.dataset = {format_value(spec)}: {found}; "
-        "data.dataset is \"embedded\" or a folder of token shards, made with python "
-        f"scripts/prepare_data.py --input FILES --output {spec} --tokenizer {cfg.data.tokenizer}")
+    found, fix = dataset_problem(spec, cfg.data.tokenizer)
+    raise ConfigError(f"{source_of(cfg, 'data.dataset')}: data.dataset = {format_value(spec)}: {found}; {fix}")
 
 
 _DEGREES = ("parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",

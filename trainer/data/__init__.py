@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .dataset_hint import dataset_problem
 from .embedded import build_embedded
 from .shards import TokenSource
 from .tokenizer import ByteTokenizer, HFTokenizer, Tokenizer, build_tokenizer
@@ -40,10 +41,10 @@ def build_dataset(data_cfg: Any, tokenizer: Tokenizer, rank: int = 0) -> TokenSo
         return TokenSource(folder, tokenizer.fingerprint, name="embedded (Python stdlib sources)")
     folder = Path(spec).expanduser()
     if not folder.is_dir():
-        raise ValueError(
-            f"data.dataset: {spec!r} is neither 'embedded' nor an existing folder of token shards "
-            f"(make one with scripts/prepare_data.py --output {spec})"
-        )
+        # The command names the run's own tokenizer: shards from another one would be refused.
+        spec_of_tok = "bytes" if isinstance(tokenizer, ByteTokenizer) else str(getattr(tokenizer, "path", "TOKENIZER"))
+        found, fix = dataset_problem(spec, spec_of_tok)
+        raise ValueError(f"data.dataset: {spec!r}: {found}; {fix}")
     return TokenSource(folder, tokenizer.fingerprint)
 
 

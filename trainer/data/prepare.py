@@ -17,6 +17,7 @@ removed at the start of a run that will change the folder. A run holds an exclus
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import multiprocessing as mp
@@ -34,6 +35,7 @@ import numpy as np
 
 from trainer.files import file_lock
 
+from .dataset_hint import sibling_folder
 from .shards import (
     COMPLETE_MARKER,
     is_prepare_data_shard,
@@ -128,6 +130,48 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
     # Absolute paths: a rerun from another working directory plans identical units.
     out = [p if p.startswith("hf:") else os.path.abspath(p) for p in out]
     return list(dict.fromkeys(out))  # drop duplicates, keep order
+
+
+def _glob_matches(pattern: str, path: Path) -> bool:
+    """Whether glob.glob(pattern, recursive=True) lists `path` (an absolute path): the pattern's
+    components match the path's one by one with fnmatch's rules, `**` standing for any number of
+    them (names starting with "." aside: the shard names have none). Computed from the names, so it
+    also answers for files not written yet."""
+    pat = Path(os.path.abspath(os.path.expanduser(pattern))).parts
+    parts = path.parts
+
+    def match(i: int, j: int) -> bool:
+        if i == len(pat):
+            return j == len(parts)
+        if pat[i] == "**":
+            return any(match(i + 1, k) for k in range(j, len(parts) + 1))
+        return j < len(parts) and fnmatch.fnmatchcase(parts[j], pat[i]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def check_output(inputs: Sequence[str], output: Path) -> None:
+    """Refuse an --output that cannot be the shard folder, before anything is created or read.
+
+    An existing file (typically the corpus itself, given as --input and --output) would only get a
+    FileExistsError from mkdir; a folder whose shards an --input glob matches would feed them back
+    as inputs on the rerun that resumes (and fail there as an unsupported file type)."""
+    out = Path(os.path.abspath(output))
+    if out.exists() and not out.is_dir():
+        files = {os.path.abspath(os.path.expanduser(s)) for s in inputs if not s.startswith("hf:")}
+        globs = [s for s in inputs if not s.startswith("hf:") and _has_magic(s)]
+        is_input = str(out) in files or any(_glob_matches(g, out) for g in globs)
+        which = " (one of the --input files)" if is_input else ""
+        raise ValueError(f"--output {out} is a file{which}, not a folder: --output names the folder the shards "
+                         f"are written to (created when missing), e.g. --output {sibling_folder(str(out))} "
+                         "(nothing was written)")
+    written = [out / shard_name(0, 0), out / shard_name(0, 0).replace(".bin", ".json"), out / COMPLETE_MARKER]
+    for spec in inputs:
+        if not spec.startswith("hf:") and _has_magic(spec) and any(_glob_matches(spec, p) for p in written):
+            raise ValueError(f"--output {out} is inside --input {spec!r}: the pattern matches the shard files "
+                             f"written there, which a rerun would read as inputs: narrow the pattern to "
+                             f"the corpus files (e.g. *.jsonl) or put --output outside what it covers "
+                             f"(nothing was written)")
 
 
 def _import_pyarrow_parquet(what: str):
@@ -419,7 +463,7 @@ def mark_complete(output: str | Path, log: Callable[[str], None] | None = print)
     0..last is missing; units after the last one present cannot be checked: the user vouches."""
     output = Path(output).expanduser()
     if not output.is_dir():
-        raise ValueError(f"--output {output}: no such folder")
+        raise ValueError(f"--output {output}: {'a file, not a folder' if output.exists() else 'no such folder'}")
     with output_lock(output):
         shards = folder_shards(output)
         if not shards:
@@ -470,8 +514,9 @@ def prepare(
     if shard_tokens < 1:
         raise ValueError(f"--shard-tokens must be >= 1, got {shard_tokens}")
     t0 = time.perf_counter()
-    tok = build_tokenizer(tokenizer)
     output = Path(output).expanduser()
+    check_output(inputs, output)
+    tok = build_tokenizer(tokenizer)
     created = not output.exists()
     output.mkdir(parents=True, exist_ok=True)
     with output_lock(output):
