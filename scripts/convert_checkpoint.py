@@ -17,7 +17,10 @@ checks config.json and every tensor's shape against the titankit model of --conf
 converts them to its fp32 parameters. Only the weights cross over, and for to-hf the run's tokenizer:
 no optimizer state or data position. A tokenizer.json (data.tokenizer) is copied with the
 tokenizer_config.json and special_tokens_map.json beside it; titankit's byte tokenizer ("bytes") has
-no Hugging Face counterpart. The output folder must not exist yet; it appears only once complete.
+no Hugging Face counterpart. config.json (and generation_config.json, which `generate` reads) get
+the bos_token_id / eos_token_id of the run's tokenizer when it is the one the checkpoint recorded
+(--bos-token-id / --eos-token-id set them otherwise); the summary says which ids were written or why
+none. The output folder must not exist yet; it appears only once complete.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     to.add_argument("--config", default="", help="the run's TOML (default: config.toml of the step's run folder)")
     to.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="dtype of the written weights")
     to.add_argument("--shard-gb", type=float, default=5.0, help="largest safetensors file, GB")
+    for which in ("bos", "eos"):
+        to.add_argument(f"--{which}-token-id", type=int, default=None, metavar="ID",
+                        help=f"{which}_token_id of config.json and generation_config.json (default: the run's "
+                        "tokenizer's, when it can be read here and is the one the checkpoint was trained with)")
     back = sub.add_parser("from-hf", help="Hugging Face Llama weights -> a titankit step folder (weights only)")
     back.add_argument("hf", help="a folder with config.json and model*.safetensors")
     back.add_argument("out", help="the folder to create; then set checkpoint.initial_load_path to it")
@@ -131,6 +138,83 @@ def copy_tokenizer(tokenizer: str, out: Path) -> str:
     return f"tokenizer copied from {src.parent}: {', '.join(copied)}"
 
 
+def saved_tokenizer(step: Path, metadata: Any) -> str | None:
+    """The tokenizer fingerprint the checkpoint's data-stream identity records (trainer/data/identity.py);
+    None for a weights-only step (from-hf) or one saved before identities existed."""
+    import torch.distributed.checkpoint as dcp
+
+    from trainer.data import identity
+
+    if "data.identity" not in metadata.state_dict_metadata:
+        return None
+    state: dict[str, Any] = {"data": {"identity": None}}  # a bytes item: DCP fills in the object
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": yes
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(step), no_dist=True)
+    return identity.loads(state["data"]["identity"], f"checkpoint {step}").get("tokenizer")
+
+
+def _shard_eos(dataset: str, fingerprint: str) -> int | None:
+    """The EOS id a shard header of `dataset` records, if the folder is here and was made by the
+    tokenizer `fingerprint` (every header of a folder has the same; TokenSource checks that)."""
+    from trainer.data.shards import read_header
+
+    folder = Path(dataset).expanduser()
+    if dataset == "embedded" or not folder.is_dir():
+        return None
+    for header in sorted(folder.glob("*.json")):
+        try:
+            return int(read_header(header.with_suffix(".bin"), fingerprint)["eos_id"])
+        except ValueError:
+            continue  # COMPLETE.json, or a shard of another tokenizer: not evidence
+    return None
+
+
+def special_token_ids(cfg: Any, saved_fp: str | None, vocab_size: int, given: dict[str, int | None]
+                      ) -> tuple[dict[str, int | None], str]:
+    """({"bos_token_id": id or None, "eos_token_id": ...}, what the summary says about them).
+
+    Without them transformers' LlamaConfig falls back to Llama-2's ids (bos 1, eos 2) or, in older
+    versions, to none, and `generate` never stops at the end of a document. The run's data.tokenizer
+    knows them (the byte tokenizer: BOS 256, EOS 257) once it is checked to be the tokenizer the
+    checkpoint was trained with; if it cannot be read here, the shard headers of data.dataset
+    record the EOS id. --bos-token-id / --eos-token-id win over both."""
+    from trainer.data.tokenizer import ByteTokenizer, build_tokenizer
+
+    for key, value in given.items():
+        if value is not None and not 0 <= value < vocab_size:
+            raise ValueError(f"--{key.replace('_', '-')} {value} is not a token of the model (0..{vocab_size - 1})")
+    spec = cfg.data.tokenizer
+    found: dict[str, int] = {}
+    why = ""
+    try:
+        tok = build_tokenizer(spec)
+    except ValueError as exc:
+        tok, why = None, str(exc)  # names data.tokenizer and the path it looked at
+    if tok is not None and saved_fp is not None and tok.fingerprint != saved_fp:
+        tok, why = None, (f"data.tokenizer = {spec!r} is tokenizer {tok.fingerprint!r} here, but the checkpoint "
+                          f"was trained with {saved_fp!r}")
+    if tok is not None:
+        found = {"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id}
+        source = ("titankit's byte tokenizer" if isinstance(tok, ByteTokenizer) else f"data.tokenizer {spec}")
+        source += "" if saved_fp else ", unchecked: the checkpoint records no data identity"
+    elif saved_fp is not None and (eos := _shard_eos(cfg.data.dataset, saved_fp)) is not None:
+        found, source = {"eos_token_id": eos}, f"the shard headers of data.dataset {cfg.data.dataset}"
+    ids = {key: given[key] if given[key] is not None else found.get(key) for key in given}
+    parts = []
+    from_run = [f"{k} {v}" for k, v in ids.items() if v is not None and given[k] is None]
+    if from_run:
+        parts.append(f"{', '.join(from_run)} (from {source})")
+    explicit = [f"{k} {v} (given)" for k, v in ids.items() if given[k] is not None]
+    parts += explicit
+    unknown = [k for k, v in ids.items() if v is None]
+    if unknown:
+        flags = " / ".join(f"--{k.replace('_', '-')}" for k in unknown)
+        reason = why or "the run's tokenizer has none"
+        parts.append(f"no {' or '.join(unknown)}: {reason}; pass {flags}")
+    return ids, "; ".join(parts)
+
+
 def expected_shapes(args: Any) -> dict[str, tuple[int, ...]]:
     """titankit parameter name -> shape, from a model built on the meta device."""
     import torch
@@ -198,6 +282,8 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
     metadata = read_metadata(step)
     template = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
     check_model_fits(metadata, template, step)  # names the first key whose shape differs
+    given = {"bos_token_id": opts.bos_token_id, "eos_token_id": opts.eos_token_id}
+    special, special_note = special_token_ids(cfg, saved_tokenizer(step, metadata), args.vocab_size, given)
     dtype = getattr(torch, opts.dtype)
     sizes = {k: dtype.itemsize * math.prod(s) for k, s in shapes.items()}
     shards = plan_shards(list(shapes), sizes, int(opts.shard_gb * 1e9))
@@ -217,13 +303,17 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
             weight_map.update({name: file for name in tensors})
         index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
         (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-        (tmp / "config.json").write_text(json.dumps(hf_config(args, dtype), indent=2) + "\n")
+        # Unknown ids are written as null: a missing key would give transformers' defaults (1, 2).
+        (tmp / "config.json").write_text(json.dumps({**hf_config(args, dtype), **special}, indent=2) + "\n")
+        if any(v is not None for v in special.values()):
+            # generate() reads its stopping id from here when the file exists.
+            (tmp / "generation_config.json").write_text(json.dumps(special, indent=2) + "\n")
         tokenizer_note = copy_tokenizer(cfg.data.tokenizer, tmp)
         finish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out, tokenizer_note
+    return out, f"{special_note}; {tokenizer_note}"
 
 
 def hf_tensors(hf: Path) -> dict[str, Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import warnings
@@ -151,6 +152,129 @@ def test_export_copies_the_runs_tokenizer(run, tmp_path):
     assert not (tmp_path / "hf" / "special_tokens_map.json").exists()
 
 
+def test_export_names_the_runs_bos_and_eos_so_generate_stops(run, tmp_path):
+    """Without bos/eos ids in config.json transformers takes Llama-2's (1, 2) or none, and generate
+    never stops at the end of a document. The byte tokenizer the run recorded: BOS 256, EOS 257,
+    in config.json and generation_config.json, named in the summary."""
+    step = run / "src" / "checkpoint" / "step-3"
+    code, out = cli("to-hf", str(step), str(tmp_path / "hf"))
+    assert code == 0 and "bos_token_id 256, eos_token_id 257 (from titankit's byte tokenizer)" in out, out
+    ids = {"bos_token_id": 256, "eos_token_id": 257}
+    assert json.loads((tmp_path / "hf" / "config.json").read_text()).items() >= ids.items()
+    assert json.loads((tmp_path / "hf" / "generation_config.json").read_text()) == ids
+    transformers = pytest.importorskip("transformers")
+    model = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "hf"))
+    assert (model.generation_config.bos_token_id, model.generation_config.eos_token_id) == (256, 257)
+    assert (model.config.bos_token_id, model.config.eos_token_id) == (256, 257)
+
+
+def test_export_ids_when_the_runs_tokenizer_is_not_the_recorded_one(run, tmp_path):
+    """A data.tokenizer that is not the tokenizer the checkpoint recorded gives no ids (its ids
+    would be another vocabulary's), written as null so transformers' defaults do not apply; the
+    summary says why and which flags set them. The shard headers of data.dataset, made by the
+    recorded tokenizer, still give the EOS. Given ids win and are checked against the vocabulary."""
+    from tokenizers import Tokenizer, models
+
+    from trainer.data.prepare import prepare
+
+    step = run / "src" / "checkpoint" / "step-3"
+    tok = tmp_path / "tok" / "tokenizer.json"
+    tok.parent.mkdir()
+    Tokenizer(models.WordLevel({"<unk>": 0, "</s>": 1}, unk_token="<unk>")).save(str(tok))
+    code, out = cli("to-hf", str(step), str(tmp_path / "a"), f"--data.tokenizer={tok}")
+    assert code == 0, out
+    assert (f"no bos_token_id or eos_token_id: data.tokenizer = '{tok}' is tokenizer 'sha256:" in out
+            and "but the checkpoint was trained with 'bytes-v1'; pass --bos-token-id / --eos-token-id" in out), out
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert config["bos_token_id"] is None and config["eos_token_id"] is None
+    assert not (tmp_path / "a" / "generation_config.json").exists()
+    # The tokenizer file gone, the byte-tokenized shard folder the run read still here: its EOS.
+    (tmp_path / "c.txt").write_text("some text")
+    prepare([str(tmp_path / "c.txt")], tmp_path / "shards", log=None)
+    code, out = cli("to-hf", str(step), str(tmp_path / "b"), f"--data.tokenizer={tmp_path / 'gone.json'}",
+                    f"--data.dataset={tmp_path / 'shards'}")
+    assert code == 0, out
+    assert f"eos_token_id 257 (from the shard headers of data.dataset {tmp_path / 'shards'})" in out, out
+    assert (f"no bos_token_id: data.tokenizer: '{tmp_path / 'gone.json'}' is neither 'bytes' nor an existing "
+            "tokenizer.json file" in out and "; pass --bos-token-id;" in out), out
+    assert json.loads((tmp_path / "b" / "generation_config.json").read_text()) == {
+        "bos_token_id": None, "eos_token_id": 257}
+    # Given ids.
+    code, out = cli("to-hf", str(step), str(tmp_path / "c"), f"--data.tokenizer={tok}",
+                    "--eos-token-id", "1", "--bos-token-id", "0")
+    assert code == 0 and "bos_token_id 0 (given); eos_token_id 1 (given)" in out, out
+    assert json.loads((tmp_path / "c" / "generation_config.json").read_text()) == {
+        "bos_token_id": 0, "eos_token_id": 1}
+    code, out = cli("to-hf", str(step), str(tmp_path / "d"), "--eos-token-id", "512")
+    assert code == 2 and "--eos-token-id 512 is not a token of the model (0..511)" in out, out
+    assert not (tmp_path / "d").exists()
+
+
+def test_debug_flavor_rope_exports_without_transformers_warning_and_same_frequencies(tmp_path):
+    """The debug flavor's table is as long as its original context (8192 = 8192); transformers
+    warns on a llama3 rope_scaling with original_max_position_embeddings >= max_position_embeddings.
+    The export keeps max_position_embeddings at the real 8192 and halves the original length with
+    both factors (the same frequencies, bit for bit); 8B/70B exports keep Meta's published values.
+    A weights-only step (as from-hf writes) then computes the same logits in transformers."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from trainer.models.hf_llama import config_mismatches, hf_config
+    from trainer.models.rope import rope_frequencies
+
+    def args_of(flavor: str):
+        return resolve_model_args(load_config(["--config", "configs/debug.toml", f"--model.flavor={flavor}"]))
+
+    for flavor in ("8B", "70B"):
+        cfg = hf_config(args_of(flavor), torch.bfloat16)
+        assert cfg["max_position_embeddings"] == 131072 and cfg["rope_scaling"] == {
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}
+    args = args_of("debug")
+    assert (args.max_seq_len, args.rope_original_max_seq_len) == (8192, 8192)
+    cfg = hf_config(args, torch.float32)
+    assert cfg["max_position_embeddings"] == 8192
+    assert cfg["rope_scaling"]["original_max_position_embeddings"] < 8192
+    # The same frequencies as Meta's form of the scaling, in transformers' own computation, and the
+    # same as titankit's (float32 there, float64 here).
+    meta_form = {**cfg, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    as_written, as_meta = transformers.LlamaConfig(**cfg), transformers.LlamaConfig(**meta_form)
+    theirs = ROPE_INIT_FUNCTIONS["llama3"](as_written, "cpu")[0]
+    assert torch.equal(theirs, ROPE_INIT_FUNCTIONS["llama3"](as_meta, "cpu")[0])
+    assert torch.allclose(theirs.double(), rope_frequencies(args), rtol=1e-6, atol=0)
+    # from-hf accepts either form for this model, and still refuses other frequencies.
+    assert config_mismatches(cfg, args) == [] and config_mismatches(meta_form, args) == []
+    other = {**cfg, "rope_scaling": {**cfg["rope_scaling"], "original_max_position_embeddings": 1024}}
+    assert "original / low_freq_factor" in " ".join(config_mismatches(other, args))
+    # The whole export: a weights-only step of the debug model, loaded without the warning.
+    model = Llama(args)
+    model.init_weights()
+    state = {k: v for k, v in model.state_dict().items() if k != "rope_cache"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save({"model": state}, checkpoint_id=str(tmp_path / "step-0"), no_dist=True)
+    code, out = cli("to-hf", str(tmp_path / "step-0"), str(tmp_path / "hf"), "--config", "configs/debug.toml",
+                    "--dtype", "float32")
+    assert code == 0 and "unchecked: the checkpoint records no data identity" in out, out
+    # transformers' warnings go to its own stderr handler: load in a child process and read them.
+    load = ("import sys, transformers; transformers.logging.set_verbosity_warning(); "
+            "transformers.LlamaForCausalLM.from_pretrained(sys.argv[1])")
+    for folder, warned in ((tmp_path / "hf", False), (tmp_path / "as_meta", True)):
+        if warned:  # the form written before: the check below does see the warning
+            shutil.copytree(tmp_path / "hf", folder)
+            (folder / "config.json").write_text(json.dumps(meta_form))
+        proc = subprocess.run([sys.executable, "-c", load, str(folder)], cwd=ROOT, env=cpu_env(),
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert ("original_max_position_embeddings field must be less" in proc.stderr) == warned, proc.stderr
+    theirs = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path / "hf"), dtype=torch.float32).eval()
+    tokens = torch.randint(0, args.vocab_size, (1, 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b = model.eval()(tokens).float(), theirs(tokens).logits.float()
+    assert (a - b).abs().max().item() < 1e-4, (a - b).abs().max().item()
+
+
 def test_import_round_trip_is_bitwise_and_trains_like_its_source(run, tmp_path):
     step = run / "src" / "checkpoint" / "step-3"
     config = str(run / "src" / "config.toml")
@@ -228,8 +352,6 @@ def test_export_of_a_checkpoint_folder_takes_its_newest_complete_step(run, tmp_p
     """A run's checkpoint/ folder means its newest complete step-N, as for
     checkpoint.initial_load_path; the step used is named, and a folder with none is refused naming
     the step folders it holds and what to pass."""
-    import shutil
-
     src = tmp_path / "src"
     shutil.copytree(run / "src", src)
     (src / "checkpoint" / "step-5").mkdir()  # a newer save that never finished

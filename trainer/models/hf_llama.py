@@ -9,6 +9,7 @@ scripts/convert_checkpoint.py.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -110,14 +111,32 @@ def hf_config(args: LlamaArgs, dtype: torch.dtype) -> dict[str, Any]:
         "torch_dtype": str(dtype).removeprefix("torch."),
     }
     if args.rope_scaling:
-        cfg["rope_scaling"] = {
-            "rope_type": "llama3",
-            "factor": args.rope_scale_factor,
-            "low_freq_factor": args.rope_low_freq_factor,
-            "high_freq_factor": args.rope_high_freq_factor,
-            "original_max_position_embeddings": args.rope_original_max_seq_len,
-        }
+        cfg["rope_scaling"] = _llama3_rope_scaling(args)
     return cfg
+
+
+def _llama3_rope_scaling(args: LlamaArgs) -> dict[str, Any]:
+    """config.json's rope_scaling for the Llama-3.1 frequencies of `args` (trainer/models/rope.py).
+
+    transformers warns on every load unless original_max_position_embeddings < max_position_embeddings
+    (its llama3 validation): true of the published models (8192 < 131072), not of one whose table
+    is no longer than the original context (the debug flavor: 8192 and 8192). max_position_embeddings
+    stays the model's real length (generate caps max_length at it). The frequencies depend on the
+    original length only through original / low_freq_factor and original / high_freq_factor (the
+    wavelength bounds; the smooth factor (original / wavelen - low) / (high - low) scales in both
+    terms), so halving all three gives the same frequencies bit for bit (powers of two) and a
+    config transformers accepts. An odd original cannot be halved exactly and is written as is."""
+    original = args.rope_original_max_seq_len
+    low, high = args.rope_low_freq_factor, args.rope_high_freq_factor
+    while original >= args.max_seq_len and original % 2 == 0:
+        original, low, high = original // 2, low / 2, high / 2
+    return {
+        "rope_type": "llama3",
+        "factor": args.rope_scale_factor,
+        "low_freq_factor": low,
+        "high_freq_factor": high,
+        "original_max_position_embeddings": original,
+    }
 
 
 def config_mismatches(hf: dict[str, Any], args: LlamaArgs) -> list[str]:
@@ -145,9 +164,33 @@ def config_mismatches(hf: dict[str, Any], args: LlamaArgs) -> list[str]:
             out.append(f"rope_scaling type {kind!r}, but the titankit model uses Llama-3.1 scaling "
                        "(model.overrides.rope_scaling = false turns it off)")
         else:
-            for key, value in want["rope_scaling"].items():
-                if key != "rope_type" and scaling.get(key) != value:
-                    out.append(f"rope_scaling.{key} = {scaling.get(key)!r}, but the titankit model has {value!r}")
+            out.extend(_llama3_mismatches(scaling, want["rope_scaling"]))
     elif kind not in ("default", None):
         out.append(f"rope_scaling type {kind!r}, but the titankit model has rope_scaling = false")
+    return out
+
+
+_RATIO_KEYS = ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor")
+
+
+def _llama3_mismatches(theirs: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """How a llama3 rope_scaling disagrees with ours. The original length and the two factors are
+    compared through the ratios that set the frequencies (see _llama3_rope_scaling), so an export
+    that wrote them halved (or one written before it did) describes the same model."""
+    out = [f"rope_scaling.{key} = {theirs.get(key)!r}, but the titankit model has {value!r}"
+           for key, value in want.items()
+           if (key != "rope_type" and not isinstance(theirs.get(key), (int, float)))
+           or (key == "factor" and theirs.get(key) != value)]
+    if out:
+        return out
+
+    def bounds(s: dict[str, Any]) -> tuple[float, float]:
+        original, low, high = (s[k] for k in _RATIO_KEYS)
+        return original / low, original / high
+
+    if not all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(bounds(theirs), bounds(want))):
+        shown = ", ".join(f"{k} = {theirs[k]!r}" for k in _RATIO_KEYS)
+        ours = ", ".join(f"{k} = {want[k]!r}" for k in _RATIO_KEYS)
+        out.append(f"rope_scaling {shown}, but the titankit model has {ours} (the frequencies follow "
+                   "original / low_freq_factor and original / high_freq_factor)")
     return out
