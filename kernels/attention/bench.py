@@ -186,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown shape(s) {bad}; valid: {', '.join(SHAPES)}")
     if not torch.cuda.is_available():
         print("kernels.attention.bench needs CUDA (an H100/H200); nothing to measure on CPU.")
-        return 0
+        # Status 2, not 0: a run that measured nothing must not pass for a finished benchmark
+        # in a script or a sweep that checks the exit status.
+        return 2
     import triton
 
     from kernels.attention import bench_sweep, triton_bwd, triton_fwd, triton_launch

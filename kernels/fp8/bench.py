@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--shapes: unknown {bad}; valid: {', '.join(SHAPES)}")
     if not torch.cuda.is_available():
         print("kernels.bench fp8_gemm needs a CUDA GPU (sm_90+ for the Triton kernel); nothing to do on CPU")
-        return 0
+        # Status 2, not 0: a run that measured nothing must not pass for a finished benchmark
+        # in a script or a sweep that checks the exit status.
+        return 2
     import triton
     import triton.testing
 

@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv or [])
     if not torch.cuda.is_available():
         print("kernels.moe bench: needs CUDA (no GPU visible); nothing to measure on CPU")
-        return 0
+        # Status 2, not 0: a run that measured nothing must not pass for a finished benchmark
+        # in a script or a sweep that checks the exit status.
+        return 2
     from triton.testing import do_bench
 
     dtype, dev = DTYPES[args.dtype], "cuda"

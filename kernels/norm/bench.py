@@ -99,7 +99,9 @@ def main(argv: list[str]) -> int:
     args = _parse(argv)
     if not torch.cuda.is_available():
         print("kernels.norm bench: needs CUDA (no GPU visible); nothing to measure on CPU")
-        return 0
+        # Status 2, not 0: a run that measured nothing must not pass for a finished benchmark
+        # in a script or a sweep that checks the exit status.
+        return 2
     dtype = DTYPES[args.dtype]
     variants = args.variants.split(",")
     print(f"RMSNorm on {torch.cuda.get_device_name()}, rows={args.rows}, dtype={args.dtype}, eps={args.eps}")

@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown shape(s) {bad}")
     if not torch.cuda.is_available():
         print("kernels.thunderkittens.bench needs an H100/H200; nothing to measure on CPU.")
-        return 0
+        # Status 2, not 0: a run that measured nothing must not pass for a finished benchmark
+        # in a script or a sweep that checks the exit status.
+        return 2
     import triton
 
     print(f"# thunderkittens: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
