@@ -6,7 +6,8 @@
 
 A suite is a TOML file with [[variant]] tables: name, config, overrides (list of "--k=v"), and
 optionally ngpu, group and env (a table of environment variables for that variant's processes, e.g.
-PYTORCH_CUDA_ALLOC_CONF). Each variant runs as its own torchrun job (so a crash or OOM costs one row),
+PYTORCH_CUDA_ALLOC_CONF). Each variant runs as its own torchrun job (so a crash, an OOM or a --timeout
+costs one row: a job past its timeout, or one the script is stopped in, is ended with all its ranks),
 with log_freq 1; tokens/s/GPU is total tokens over total wall time of the steps after warm-up. On
 CUDA the last column is rank 0's mean SM clock and power draw over those steps (NVML), to tell a
 slower row from a throttled GPU.
@@ -14,6 +15,8 @@ Variants with group = "70b-layers" and overrides setting model.overrides.n_layer
 give the per-layer extrapolation of ANCHORS.md section 3 to 80 layers, printed as an estimate.
 Arguments the script does not know (--section.key=value) are config overrides, added to every variant.
 --only REGEX runs the variants whose name matches (a suite too long for one sitting, in parts).
+The run folders, and the logs when there is no --out, stay in $TMPDIR/titankit_bench_* (/tmp
+by default), named at the start.
 
 --profile traces --profile-steps more steps after the measured ones (so the profiler never slows the
 measured steps) with trainer.profiling, and copies each variant's summary.md (where the time goes:
@@ -38,6 +41,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # launch_group, also when this file is loaded from elsewhere
+
+from launch_group import run_group  # noqa: E402
 
 
 @dataclass
@@ -133,7 +139,9 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     env.update(v.env)
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        # run_group, not subprocess.run: a timeout must also end the ranks (torchrun puts each in a
+        # session of its own), or they keep the GPUs while every later variant runs.
+        proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env)
         log, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:  # a hung variant costs one row, not the whole suite
         out = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
@@ -149,6 +157,9 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     if profile_steps and not _keep_profile(workdir / run_name, run_name, log_dir, trace_dir):
         res.ok, res.error = False, "the run wrote no profile_traces/step-N/summary.md"
         return res
+    # The run folder stays (see main), its traces do not: what was asked for is copied out above, and
+    # a suite's per-rank Chrome traces would fill /tmp.
+    shutil.rmtree(workdir / run_name / "profile_traces", ignore_errors=True)
     rows = [json.loads(line) for line in (workdir / run_name / "metrics.jsonl").read_text().splitlines()]
     steady = [r for r in rows if warmup < r["step"] <= warmup + steps]
     if not steady:
@@ -368,17 +379,17 @@ def main(argv: list[str] | None = None) -> int:
     trace_dir = Path(args.traces) if args.traces else None
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
+    # Kept, and said where: the run folders (metrics.jsonl, config.toml) and, without --out, the logs
+    # are what tells why a variant failed or timed out.
     workdir = Path(tempfile.mkdtemp(prefix="titankit_bench_"))
+    print(f"run folders: {workdir}; logs: {log_dir or workdir}", flush=True)
     results: list[Result] = []
     env = environment()  # probed once (nvidia-smi), not at every rewrite of the table
-    try:
-        for v in variants:
-            results.append(run_variant(v, args.warmup, args.steps, workdir, log_dir, args.timeout,
-                                       args.profile_steps if args.profile else 0, trace_dir))
-            if args.out:  # the rows so far survive a suite that is killed part-way
-                Path(args.out).write_text(report(results, args, env) + "\n")
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    for v in variants:
+        results.append(run_variant(v, args.warmup, args.steps, workdir, log_dir or workdir, args.timeout,
+                                   args.profile_steps if args.profile else 0, trace_dir))
+        if args.out:  # the rows so far survive a suite that is killed part-way
+            Path(args.out).write_text(report(results, args, env) + "\n")
     text = report(results, args, env)
     print(text)
     return 0 if all(r.ok for r in results) else 1

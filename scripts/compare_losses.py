@@ -7,6 +7,8 @@ Both runs use the same seed and sample stream, so at step 1 they differ only by 
 later steps also carry chaotic amplification of rounding. The report gives both curves at a few steps,
 the largest relative difference over all steps, and the mean relative difference over the last 10% of
 steps (the "loss curves within X% after N steps" figure), plus each run's tokens/s/GPU.
+Both runs' folders and logs stay in $TMPDIR/titankit_compare_* (/tmp by default), named at the start;
+a run past --timeout is ended with all its ranks and reported in one line.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the config check imports `trainer` from this checkout
+sys.path.insert(0, str(ROOT / "scripts"))  # launch_group, also when this file is loaded from elsewhere
+
+from launch_group import run_group  # noqa: E402
 
 
 def train_argv(config: str, overrides: list[str], steps: int, folder: Path, name: str) -> list[str]:
@@ -79,8 +84,15 @@ def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, 
            "-m", "trainer.train", *train_argv(config, overrides, steps, folder, name)]
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                NVSHMEM_DISABLE_NVLS="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     log = folder / f"{name}.log"
+    try:
+        # run_group, not subprocess.run: a timeout must also end the ranks (torchrun puts each in a
+        # session of its own), which would otherwise train on, and it raises once they are gone.
+        proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired as exc:
+        log.write_text(" ".join(cmd) + "\n\n" + (exc.stdout or "") + (exc.stderr or "")
+                       + f"\ntimed out after {timeout:.0f} s (--timeout)\n")
+        raise RuntimeError(f"run {name} timed out after {timeout:.0f} s (logs: {log})") from None
     log.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(failure_message(name, proc.returncode, proc.stdout + proc.stderr, log))
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--common", default="", help="overrides of both runs")
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput figure")
     ap.add_argument("--out", help="also write the report here")
-    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     ap.add_argument("--files", nargs=2, metavar=("A_JSONL", "B_JSONL"),
                     help="compare two existing metrics.jsonl files instead of training (runs of "
                          "different lengths are compared on their common steps)")
@@ -171,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     folder = Path(tempfile.mkdtemp(prefix="titankit_compare_"))
+    # Kept (the logs and metrics of both runs are there), and said where once, before anything can fail.
+    print(f"run folders and logs: {folder}", flush=True)
     try:
         a = run(args.config, over["a"], args.steps, ngpu, folder, "a", args.timeout)
         b = run(args.config, over["b"], args.steps, ngpu, folder, "b", args.timeout)

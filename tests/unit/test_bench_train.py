@@ -109,7 +109,7 @@ def test_suite_env_reaches_the_variant_and_is_reported(tmp_path, monkeypatch):
         seen.update(env)
         return subprocess.CompletedProcess(cmd, 1, "", "boom")
 
-    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(bench, "run_group", fake_run)
     res = bench.run_variant(v, 1, 1, tmp_path, tmp_path, 10.0)
     assert not res.ok and seen["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert (tmp_path / "a.log").read_text().startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True ")

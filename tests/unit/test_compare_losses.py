@@ -74,7 +74,7 @@ def _no_process(*args, **kwargs):
 @pytest.mark.parametrize("which", ["a", "b"])
 def test_a_typo_in_either_run_fails_before_any_run_starts(which, monkeypatch, capsys):
     """A bad override is refused in seconds, naming the run and the key, before run A trains."""
-    monkeypatch.setattr(compare_losses.subprocess, "run", _no_process)
+    monkeypatch.setattr(compare_losses, "run_group", _no_process)
     monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", _no_process)
     rc = compare_losses.main(["--config", "configs/debug.toml", "--steps", "2", "--ngpu", "2", *TINY,
                               f"--{which}=--training.stepz=3"])
@@ -109,7 +109,7 @@ def test_a_failed_run_shows_its_error_line_and_log(error, tmp_path, monkeypatch,
         return subprocess.CompletedProcess(cmd, 1, stdout="[rank0] INFO starting\n",
                                            stderr=rank_output + TORCHRUN_NOISE)
 
-    monkeypatch.setattr(compare_losses.subprocess, "run", failed)
+    monkeypatch.setattr(compare_losses, "run_group", failed)
     monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
     rc = compare_losses.main(["--config", "configs/debug.toml", "--steps", "2", "--ngpu", "2", *TINY])
     err = capsys.readouterr().err
