@@ -79,7 +79,7 @@ class PreemptionWatcher:
             self.interrupts += 1
             if self.interrupts > 1 or not self.training:
                 raise KeyboardInterrupt
-            _say_once_per_node(
+            say_once_per_node(
                 "Ctrl-C: stopping after this step" + (", once it is saved" if self.saves else
                                                       " (checkpoint.enable is false: nothing is saved)")
                 + "; Ctrl-C again stops at once" + (", unsaved" if self.saves else ""))
@@ -120,8 +120,8 @@ class PreemptionWatcher:
         self._previous.clear()
 
 
-def _say_once_per_node(message: str) -> None:
-    """From a signal handler: one write to stderr on each node's first rank (the logging module
-    takes locks the interrupted code may hold)."""
+def say_once_per_node(message: str) -> None:
+    """`[rankN] message` on stderr from each node's first rank, in one write (safe in a signal
+    handler: the logging module takes locks the interrupted code may hold)."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
         os.write(2, f"[rank{os.environ.get('RANK', '0')}] {message}\n".encode())

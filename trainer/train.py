@@ -111,8 +111,10 @@ def _config_warnings_logged():
 
 def _interrupted(what: str) -> int:
     """One line per node for a Ctrl-C that stops at once."""
-    if os.environ.get("LOCAL_RANK", "0") == "0":
-        print(f"[rank{os.environ.get('RANK', '0')}] stopped by Ctrl-C {what}", file=sys.stderr)
+    from trainer.preemption import say_once_per_node
+
+    sys.stderr.flush()  # after what is already buffered there
+    say_once_per_node(f"stopped by Ctrl-C {what}")
     return INTERRUPTED
 
 

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from .shards import COMPLETE_MARKER
 
-# The inputs prepare_data reads (trainer/data/prepare.py SUFFIXES; not imported from there so that
-# a config check does not import the preparation machinery).
+# The inputs prepare_data reads. Defined here, and imported by trainer/data/prepare.py, so that a
+# config check does not import the preparation machinery.
 RAW_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
 
-def _has_magic(spec: str) -> bool:
+def has_magic(spec: str) -> bool:
+    """Whether `spec` is a glob pattern (glob.glob's own test)."""
     return any(c in spec for c in "*?[")
 
 
@@ -41,7 +42,7 @@ def sibling_folder(spec: str) -> Path:
     taken by a file (a folder of that name may be an earlier run of the same command: reused)."""
     path = Path(spec).expanduser().absolute()
     parent = path.parent
-    while _has_magic(str(parent)):  # a/*/b.txt: beside the pattern's fixed part, a/
+    while has_magic(str(parent)):  # a/*/b.txt: beside the pattern's fixed part, a/
         parent = parent.parent
     stem = re.sub(r"[*?]|\[[^\]]*\]", "", path.stem).strip("-_. ")
     base = f"{stem}_shards" if stem else "shards"
@@ -68,7 +69,7 @@ def dataset_problem(spec: str, tokenizer: str) -> tuple[str, str]:
                     f"train on the folder: --data.dataset={shlex.quote(str(folder))}")
         found = f"{path} is a file, not a folder"
         what = "this file"
-    elif _has_magic(spec):
+    elif has_magic(spec):
         matches = [p for p in glob.glob(str(path), recursive=True) if Path(p).is_file()]
         found = (f"{spec} is a pattern of files ({len(matches)} match now), not a folder" if matches
                  else f"{spec} is a pattern of files that matches none, not a folder")
@@ -81,7 +82,7 @@ def dataset_problem(spec: str, tokenizer: str) -> tuple[str, str]:
                 "data.dataset is \"embedded\" or a folder of token shards, made with python "
                 f"scripts/prepare_data.py --input FILES --output {shlex.quote(spec)} --tokenizer {tok}")
     out = shlex.quote(str(sibling_folder(spec)))
-    source = shlex.quote(spec if _has_magic(spec) else str(path))  # a glob quoted: prepare_data expands it
+    source = shlex.quote(spec if has_magic(spec) else str(path))  # a glob quoted: prepare_data expands it
     kinds = "" if path.suffix in RAW_SUFFIXES else f" (it reads {', '.join(RAW_SUFFIXES)} files)"
     return (found,
             f"data.dataset is \"embedded\" or a folder of token shards: make one from {what} with python "

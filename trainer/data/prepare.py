@@ -35,7 +35,7 @@ import numpy as np
 
 from trainer.files import file_lock
 
-from .dataset_hint import sibling_folder
+from .dataset_hint import RAW_SUFFIXES, has_magic, sibling_folder
 from .shards import (
     COMPLETE_MARKER,
     is_prepare_data_shard,
@@ -49,7 +49,7 @@ from .shards import (
 )
 from .tokenizer import build_tokenizer
 
-SUFFIXES = (".txt", ".jsonl", ".parquet")
+SUFFIXES = RAW_SUFFIXES
 DEFAULT_UNIT_BYTES = 64 * 2**20
 DEFAULT_SHARD_TOKENS = 2**26
 _ENCODE_BATCH_BYTES = 4 * 2**20
@@ -98,10 +98,6 @@ class PrepareStats:
 # ----------------------------------------------------------------------------- planning
 
 
-def _has_magic(s: str) -> bool:
-    return any(c in s for c in "*?[")
-
-
 def expand_inputs(inputs: Sequence[str]) -> list[str]:
     """Each input: `hf:NAME[:split]`, a file, a folder (its .txt/.jsonl/.parquet files) or a glob."""
     out: list[str] = []
@@ -110,7 +106,7 @@ def expand_inputs(inputs: Sequence[str]) -> list[str]:
             out.append(spec)
             continue
         path = Path(spec).expanduser()
-        if _has_magic(spec):
+        if has_magic(spec):
             matches = sorted(p for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
             if not matches:
                 raise ValueError(f"--input {spec!r}: the pattern matches no file")
@@ -159,7 +155,7 @@ def check_output(inputs: Sequence[str], output: Path) -> None:
     out = Path(os.path.abspath(output))
     if out.exists() and not out.is_dir():
         files = {os.path.abspath(os.path.expanduser(s)) for s in inputs if not s.startswith("hf:")}
-        globs = [s for s in inputs if not s.startswith("hf:") and _has_magic(s)]
+        globs = [s for s in inputs if not s.startswith("hf:") and has_magic(s)]
         is_input = str(out) in files or any(_glob_matches(g, out) for g in globs)
         which = " (one of the --input files)" if is_input else ""
         raise ValueError(f"--output {out} is a file{which}, not a folder: --output names the folder the shards "
@@ -167,7 +163,7 @@ def check_output(inputs: Sequence[str], output: Path) -> None:
                          "(nothing was written)")
     written = [out / shard_name(0, 0), out / shard_name(0, 0).replace(".bin", ".json"), out / COMPLETE_MARKER]
     for spec in inputs:
-        if not spec.startswith("hf:") and _has_magic(spec) and any(_glob_matches(spec, p) for p in written):
+        if not spec.startswith("hf:") and has_magic(spec) and any(_glob_matches(spec, p) for p in written):
             raise ValueError(f"--output {out} is inside --input {spec!r}: the pattern matches the shard files "
                              f"written there, which a rerun would read as inputs: narrow the pattern to "
                              f"the corpus files (e.g. *.jsonl) or put --output outside what it covers "
