@@ -170,8 +170,9 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     res.tflops = sum(r["tflops"] * r["time_metrics/end_to_end(s)"] for r in steady) / wall
     res.mfu = None if steady[0]["mfu(%)"] is None else (
         sum(r["mfu(%)"] * r["time_metrics/end_to_end(s)"] for r in steady) / wall)
-    res.mem_active = max(r["memory/max_active(GiB)"] for r in steady)
-    res.mem_reserved = max(r["memory/max_reserved(GiB)"] for r in steady)
+    # None off CUDA (no allocator peaks): shown as 0.0
+    res.mem_active = max(r["memory/max_active(GiB)"] or 0.0 for r in steady)
+    res.mem_reserved = max(r["memory/max_reserved(GiB)"] or 0.0 for r in steady)
     res.alloc_retries = sum(int(r.get("memory/num_alloc_retries", 0)) for r in steady)
     res.final_loss = steady[-1]["loss_metrics/global_avg_loss"]
     from trainer.gpu_monitor import CLOCK_KEY, POWER_KEY

@@ -50,8 +50,8 @@ METRIC_KEYS = (
     "time_metrics/data_loading(%)",
     "n_tokens_seen",
 )
-# Keys whose value may be None: MFU is unknown without a peak.
-NULLABLE_KEYS = frozenset({"mfu(%)"})
+# Keys whose value may be None: MFU is unknown without a peak, memory off CUDA (no allocator peaks).
+NULLABLE_KEYS = frozenset({"mfu(%)", "memory/max_active(GiB)", "memory/max_reserved(GiB)"})
 
 GIB = 1024**3
 
@@ -155,8 +155,8 @@ class StepMeter:
     active_bytes.all.peak and reserved_bytes.all.peak, the figures torchtitan logs under the same
     names), reset at every collect() so each log step shows the peak of its own period. Active
     counts freed blocks still in use by another stream (FSDP's gathers), which
-    max_memory_allocated does not. On CPU both are reported as 0.0 under the
-    same keys (process RSS is not comparable to a GPU allocator's numbers, so it is not used).
+    max_memory_allocated does not. Off CUDA both are None (process RSS is not comparable to a GPU
+    allocator's numbers, so it is not used; a 0.0 read as "nothing allocated").
     num_alloc_retries counts, per period, the times the CUDA caching allocator ran out, freed its
     cache and retried: each retry synchronises the device, so a run near the memory limit slows down
     with no other sign in the memory figures. With a `gpu` sampler, the period's mean SM clock and
@@ -185,10 +185,10 @@ class StepMeter:
         self._retries_seen = self._memory_gib()[2]
         self.reset()
 
-    def _memory_gib(self) -> tuple[float, float, int]:
+    def _memory_gib(self) -> tuple[float | None, float | None, int]:
         """(peak active GiB, peak reserved GiB, cumulative alloc retries) of this period."""
         if self.device.type != "cuda":
-            return 0.0, 0.0, 0
+            return None, None, 0
         stats = torch.cuda.memory_stats(self.device)
         return (stats.get("active_bytes.all.peak", 0) / GIB, stats.get("reserved_bytes.all.peak", 0) / GIB,
                 int(stats.get("num_alloc_retries", 0)))
@@ -295,7 +295,7 @@ class MetricsLogger:
         return any(isinstance(s, WandbSink) and s.active for s in self._sinks)
 
     def log(self, step: int, values: dict[str, Any]) -> None:
-        """Write one log step. `values` must hold every METRIC_KEYS key (mfu(%) may be None);
+        """Write one log step. `values` must hold every METRIC_KEYS key (those of NULLABLE_KEYS may be None);
         extra keys (e.g. MoE router stats) are written too. 0-d tensors are read with .item()."""
         if self.rank != 0:
             return
@@ -370,8 +370,9 @@ def format_console_line(step: int, row: dict[str, Any]) -> str:
         f"step {step:>6}  loss {row['loss_metrics/global_avg_loss']:8.4f}  "
         f"grad_norm {row['grad_norm']:7.4f}  lr {row['lr']:.3e}  "
         f"tps {row['throughput(tps)']:,.0f}  tflops {row['tflops']:.2f}  "
-        f"mfu {'n/a' if mfu is None else f'{mfu:.2f}%'}  "
-        f"memory {row['memory/max_active(GiB)']:.2f}GiB ({row['memory/max_reserved(GiB)']:.2f} reserved)"
+        f"mfu {'n/a' if mfu is None else f'{mfu:.2f}%'}"
+        + ("" if row["memory/max_active(GiB)"] is None else
+           f"  memory {row['memory/max_active(GiB)']:.2f}GiB ({row['memory/max_reserved(GiB)']:.2f} reserved)")
         + (f"  gpu {row[CLOCK_KEY]:,.0f} MHz {row[POWER_KEY]:.0f} W" if CLOCK_KEY in row else "")
         + (f"  alloc retries {row['memory/num_alloc_retries']} (near the memory limit: each one "
            "synchronises the GPU)" if row.get("memory/num_alloc_retries") else "")
