@@ -2,7 +2,8 @@
 # Launch titankit on this machine with torchrun.
 #   NGPU=8 CONFIG=configs/llama3_8b.toml ./scripts/train.sh --training.steps=100
 # NGPU: processes to start (default: all visible GPUs, or 2 CPU ranks when there is no GPU).
-# CONFIG: the TOML file (default configs/debug.toml). Extra arguments are config overrides.
+# CONFIG (or --config FILE): the TOML file (default configs/debug.toml). Other arguments are config
+# overrides.
 # Several nodes (see scripts/multinode.sbatch): NNODES, RDZV_ENDPOINT=host:port and RDZV_ID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,33 @@ PYTHON=${PYTHON:-python3}
 if [ -z "${NGPU:-}" ]; then
   NGPU=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count() or 2)')
 fi
+for n in "$NGPU" "${NNODES:-1}"; do
+  if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: NGPU='$NGPU' NNODES='${NNODES:-1}': each must be a whole number >= 1 (NGPU: processes per node)" >&2
+    exit 2
+  fi
+done
+# The file comes from CONFIG, or from --config FILE / --config=FILE among the arguments (torchrun's
+# form), not from both.
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config=*) cli_config=${1#--config=} ;;
+    --config) [ $# -ge 2 ] || { echo "error: --config needs a file" >&2; exit 2; }
+              cli_config=$2; shift ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+if [ -n "${cli_config:-}" ]; then
+  if [ -n "${CONFIG:-}" ] && [ "$CONFIG" != "$cli_config" ]; then
+    echo "error: two config files: CONFIG=$CONFIG and --config $cli_config; give one" \
+         "(to combine files, write include = [...] in the TOML)" >&2
+    exit 2
+  fi
+  CONFIG=$cli_config
+fi
+set -- ${args[@]+"${args[@]}"}
 CONFIG=${CONFIG:-configs/debug.toml}
 # NVLink multicast stays off: it can take a shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
