@@ -394,15 +394,7 @@ def load_trace(path: str | Path) -> dict:
 # ---- the profiler the Trainer drives ---------------------------------------------------------
 def check_profiling_config(cfg: JobConfig) -> None:
     """ValueError for a [profiling] window that cannot be traced."""
-    p = cfg.profiling
-    if p.profile_start_step < 1:
-        raise ValueError(f"profiling.profile_start_step = {p.profile_start_step}: must be >= 1 "
-                         "(steps are 1-based)")
-    if p.profile_steps < 1:
-        raise ValueError(f"profiling.profile_steps = {p.profile_steps}: must be >= 1")
-    if not p.save_traces_folder or os.path.isabs(p.save_traces_folder):
-        raise ValueError(f"profiling.save_traces_folder = {p.save_traces_folder!r}: must be a non-empty "
-                         "folder name relative to the run folder")
+    p = cfg.profiling  # its values' own ranges: trainer/config/checks.py
     last = p.profile_start_step + p.profile_steps - 1
     if (p.enable_profiling or p.enable_memory_snapshot) and last > cfg.training.steps:
         raise ValueError(

@@ -39,7 +39,10 @@ def _run(argv: list[str], preemption) -> int:
             dims = validate_config(cfg, env_world_size())
     except (ConfigError, ValueError) as exc:
         preemption.close()
-        print(f"error: {exc}", file=sys.stderr)
+        # Every rank reads the same files and command line: one line per node, not one per rank
+        # (a bare torchrun; scripts/train.sh checks the config before starting any rank).
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"error: {exc}", file=sys.stderr)
         return 2
 
     from trainer.distributed import destroy_distributed
@@ -47,9 +50,9 @@ def _run(argv: list[str], preemption) -> int:
 
     try:
         trainer = Trainer(cfg, dims, preemption=preemption)
-    except (ValueError, RuntimeError, OSError) as exc:
-        # Refusals of the start-up (data, checkpoint, run folder, device) carry messages that name
-        # the key or file; a per-rank traceback would bury them.
+    except (ValueError, RuntimeError, OSError, ImportError) as exc:
+        # Refusals of the start-up (data, checkpoint, run folder, device, a missing package) carry
+        # messages that name the key or file; a per-rank traceback would bury them.
         preemption.close()
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise

@@ -318,6 +318,8 @@ def test_choice_suggests_the_right_spelling():
     ("--optimizer.lr=0", "optimizer.lr"),
     ("--optimizer.lr=-1e-3", "optimizer.lr"),
     ("--optimizer.lr=nan", "optimizer.lr"),
+    ("--optimizer.lr=inf", "optimizer.lr"),
+    ("--training.max_norm=inf", "training.max_norm"),
     ("--optimizer.beta2=1", "optimizer.beta2"),
     ("--lr_scheduler.warmup_steps=-1", "lr_scheduler.warmup_steps"),
     ("--lr_scheduler.min_lr_factor=1.5", "lr_scheduler.min_lr_factor"),
@@ -329,13 +331,29 @@ def test_choice_suggests_the_right_spelling():
     ("--metrics.log_freq=0", "metrics.log_freq"),
     ("--metrics.gpu_sample_interval=-0.5", "metrics.gpu_sample_interval"),
     ("--run.name=a/b", "run.name"),
+    ("--run.name=" + "x" * 256, "run.name"),
     ("--activation_checkpoint.selective_ac_option=every", "activation_checkpoint.selective_ac_option"),
+    # a checkpoint folder outside the run folder would be shared by runs, outside the run's lock
+    ("--checkpoint.folder=/tmp/shared_ckpt", "checkpoint.folder"),
+    ("--checkpoint.folder=../other_run/checkpoint", "checkpoint.folder"),
+    ("--checkpoint.folder=a/../../b", "checkpoint.folder"),
+    ("--profiling.save_traces_folder=/tmp/traces", "profiling.save_traces_folder"),
+    ("--profiling.profile_steps=0", "profiling.profile_steps"),
+    ("--profiling.profile_start_step=0", "profiling.profile_start_step"),
+    # timedelta overflows past 999,999,999 days: a traceback per rank at start-up before
+    ("--comm.init_timeout_seconds=99999999999999", "comm.init_timeout_seconds"),
+    ("--comm.train_timeout_seconds=99999999999999", "comm.train_timeout_seconds"),
 ])
 def test_range_checks(arg, key):
     with pytest.raises(ConfigError) as exc:
         load_config([arg])
     msg = str(exc.value)
     assert msg.startswith("command line: " + key) and "must be" in msg
+
+
+def test_checkpoint_and_trace_folders_may_be_nested_inside_the_run_folder():
+    cfg = load_config(["--checkpoint.folder=ckpt/main", "--profiling.save_traces_folder=./traces"])
+    assert (cfg.checkpoint.folder, cfg.profiling.save_traces_folder) == ("ckpt/main", "./traces")
 
 
 @pytest.mark.parametrize("arg", [
@@ -576,6 +594,19 @@ def test_cli_tool_prints_loadable_resolved_toml(tmp_path):
     # hold a global batch of 8 in micro-batches of 2.
     bad = run_cli("--config", str(f), "--training.global_batch_size=8", env_extra={"WORLD_SIZE": "3"})
     assert bad.returncode == 2 and "training.global_batch_size = 8" in bad.stderr
+
+
+def test_cli_tool_says_which_world_size_it_checked_and_prints_warnings_as_lines():
+    proc = run_cli("--config", "configs/llama3_70b.toml")  # TP 8, checked for 1 rank
+    assert proc.returncode == 2 and "world size 1 is not divisible" in proc.stderr
+    assert "give the launch's with --world-size N" in proc.stderr
+    assert "--world-size N" not in run_cli("--config", "configs/llama3_70b.toml", "--world-size", "7").stderr
+    proc = run_cli("--lr_scheduler.warmup_steps=100")
+    assert proc.returncode == 0
+    assert proc.stderr.startswith("warning: lr_scheduler.warmup_steps = 100 (command line) > training.steps")
+    assert "UserWarning" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    # train.sh runs the check with PYTHONWARNINGS=ignore (the ranks print the warnings): nothing then
+    assert run_cli("--lr_scheduler.warmup_steps=100", env_extra={"PYTHONWARNINGS": "ignore"}).stderr == ""
 
 
 @pytest.mark.parametrize("name,flavor", [("llama3", "debug"), ("moe", "moe_debug")])
@@ -880,12 +911,57 @@ def test_a_raw_corpus_as_dataset_gets_the_command_that_makes_its_shard_folder(tm
     assert message(str(shards / "shard-000000-0000.bin")).endswith(
         f"is a file of the token shard folder {shards}, not a folder; train on the folder: "
         f"--data.dataset={shards}")
-    validate_config(load_config([f"--data.dataset={shards}"]), world_size=1)
+    validate_config(load_config([f"--data.dataset={shards}", "--training.seq_len=8"]), world_size=1)
+
+
+def test_a_shard_folder_every_rank_would_refuse_fails_the_config_check(tmp_path):
+    """What the ranks' data loading refuses (an unfinished prepare_data folder, no shards, shards of
+    another tokenizer, fewer tokens than one sample) is one error from the config check that
+    train.sh runs before torchrun, not one per rank after start-up."""
+    from trainer.data.shards import COMPLETE_MARKER
+
+    def message(folder: Path, *extra: str) -> str:
+        with pytest.raises(ConfigError) as exc:
+            validate_config(load_config([f"--data.dataset={folder}", *extra]), world_size=1)
+        return str(exc.value)
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one small document\n" * 10)
+    shards = tmp_path / "shards"
+    tokens = prepare([str(corpus)], shards, log=None).total_tokens
+    assert message(shards).startswith(f'command line: data.dataset = "{shards}" holds {tokens} tokens, fewer '
+                                      "than one sample of training.seq_len + 1 = 257")
+    validate_config(load_config([f"--data.dataset={shards}", f"--training.seq_len={tokens - 1}"]), world_size=1)
+    # The same folder read with another tokenizer: the shard and both fingerprints are named.
+    from tokenizers import Tokenizer, models
+
+    tok_path = tmp_path / "tokenizer.json"
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(99)}, unk_token="w0"))
+    tok.add_special_tokens(["<|end_of_text|>"])
+    tok.save(str(tok_path))
+    msg = message(shards, f"--data.tokenizer={tok_path}", "--training.seq_len=8")
+    assert msg.startswith(f'command line: data.dataset = "{shards}": shard ') and "was made by tokenizer" in msg
+    (shards / COMPLETE_MARKER).unlink()  # prepare_data killed before it finished
+    assert f"has no {COMPLETE_MARKER}: scripts/prepare_data.py did not finish" in message(shards, "--training.seq_len=8")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "holds no token shards" in message(empty)
+
+
+def test_tensorboard_not_installed_fails_the_config_check(monkeypatch):
+    """Found before any rank starts (was: an ImportError traceback per rank at start-up)."""
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # how Python marks a module not importable
+    with pytest.raises(ConfigError, match=r"^command line: metrics.enable_tensorboard = true needs the "
+                       r"tensorboard package, which is not installed: run `pip install tensorboard`"):
+        validate_config(load_config(["--metrics.enable_tensorboard"]), world_size=1)
+    validate_config(load_config([]), world_size=1)
 
 
 def test_existing_dataset_folder_and_embedded_pass_validation(tmp_path):
     families()
-    (tmp_path / "shards").mkdir()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a document of a few words\n" * 20)  # > 257 byte tokens: one sample
+    prepare([str(corpus)], tmp_path / "shards", log=None)
     validate_config(load_config([f"--data.dataset={tmp_path / 'shards'}"]), world_size=1)
     validate_config(load_config(["--data.dataset=embedded"]), world_size=1)
 

@@ -17,6 +17,18 @@ def launch(tmp_path, monkeypatch, *extra: str) -> int:
         return main([*tiny_trainer_args(tmp_path), "--training.steps=1", *extra])
 
 
+def test_a_config_error_is_printed_once_per_node(tmp_path, monkeypatch, capsys):
+    """Under a bare torchrun every rank reads the same config: only each node's first rank says
+    what is wrong (was: the same line 8 times on 8 GPUs); every rank exits 2."""
+    from trainer.train import main  # the config fails before any process group exists
+
+    for local_rank, lines in (("0", 1), ("1", 0)):
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+        assert main(["--training.stepz=3"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("error: command line: unknown key training.stepz") == lines and len(err.splitlines()) == lines
+
+
 def test_a_run_folder_that_cannot_be_made_names_the_keys(tmp_path, monkeypatch, capsys):
     (tmp_path / "file").write_text("not a folder")
     dump = f"--run.dump_folder={tmp_path / 'file'}", "--run.name=x"

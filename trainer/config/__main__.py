@@ -8,6 +8,7 @@ Exit status: 0 and the TOML on stdout; 2 and `error: <message>` on stderr for a 
 from __future__ import annotations
 
 import sys
+import warnings
 
 from trainer.config import ConfigError, config_to_toml, load_config, validate_config
 
@@ -36,20 +37,32 @@ def _pop_world_size(argv: list[str]) -> tuple[int | None, list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        world_size, argv = _pop_world_size(argv)
-        if "--help" in argv or "-h" in argv:
-            print("python -m trainer.config: print the resolved config; --world-size N checks the "
-                  "mesh for N ranks (default: $WORLD_SIZE or 1).\n")
-        cfg = load_config(argv)
-        if world_size is None:
-            from trainer.parallel.dims import env_world_size
+    given = None
+    # The config's warnings as one `warning:` line each, not Python's file:line form with a source line.
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            given, argv = _pop_world_size(argv)
+            if "--help" in argv or "-h" in argv:
+                print("python -m trainer.config: print the resolved config; --world-size N checks the "
+                      "mesh for N ranks (default: $WORLD_SIZE or 1).\n")
+            cfg = load_config(argv)
+            world_size = given
+            if world_size is None:
+                from trainer.parallel.dims import env_world_size
 
-            world_size = env_world_size()
-        validate_config(cfg, world_size)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+                world_size = env_world_size()
+            validate_config(cfg, world_size)
+        except ConfigError as e:
+            for w in caught:
+                print(f"warning: {w.message}", file=sys.stderr)
+            hint = ""
+            if given is None and "world size" in str(e):
+                hint = (f" (checked for a world size of {world_size}, from $WORLD_SIZE or the default 1: "
+                        "give the launch's with --world-size N)")
+            print(f"error: {e}{hint}", file=sys.stderr)
+            return 2
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
     sys.stdout.write(config_to_toml(cfg))
     return 0
 

@@ -6,9 +6,11 @@ validate_config (for configs built in code). Each error names where the value ca
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import warnings
+from pathlib import PurePath
 from typing import Any, Callable
 
 from trainer.config.fields import ConfigError, format_value, suggest
@@ -43,11 +45,25 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "float8.backend": ("torch", "triton", "thunderkittens"),
 }
 
+
+
+def _inside_run_folder(v: str) -> bool:
+    """A relative path that stays inside the run folder: a checkpoint folder elsewhere would be
+    shared by every run that names it (a new run would resume another's state), outside the run
+    folder's lock."""
+    return v != "" and not os.path.isabs(v) and not v.startswith("~") and ".." not in PurePath(v).parts
+
+
+INSIDE_RUN_FOLDER = "a folder inside the run folder: a relative path without '..'"
+# comm timeouts become datetime.timedelta, which stops at 999,999,999 days
+MAX_TIMEOUT_S = 10**9  # about 31 years
+
 # key -> (predicate, what is valid). Keys are "section.key".
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "run.seed": (lambda v: 0 <= v < 2**32, "0 <= seed < 2**32 (numpy's seed range)"),
-    "run.name": (lambda v: v != "" and "/" not in v and "\\" not in v and v not in (".", ".."),
-                 "a non-empty folder name without path separators"),
+    "run.name": (lambda v: v != "" and "/" not in v and "\\" not in v and v not in (".", "..")
+                 and len(v.encode()) <= 255,
+                 "a non-empty folder name without path separators, at most 255 bytes (file systems' limit)"),
     "run.dump_folder": (lambda v: v != "", "a non-empty path"),
     "training.local_batch_size": (lambda v: v >= 1, ">= 1"),
     "training.global_batch_size": (lambda v: v == -1 or v >= 1, "-1 (= local_batch_size x dp) or >= 1"),
@@ -65,7 +81,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "auto, every_micro_batch, last_micro_batch or every_N_micro_batches (N >= 1, e.g. "
         "every_2_micro_batches)"),
     "activation_checkpoint.memory_budget": (lambda v: 0 <= v <= 1, "0 <= memory_budget <= 1"),
-    "checkpoint.folder": (lambda v: v != "", "a non-empty folder name"),
+    "checkpoint.folder": (_inside_run_folder, INSIDE_RUN_FOLDER),
     "checkpoint.interval": (lambda v: v >= 1, ">= 1"),
     "checkpoint.keep_latest_k": (lambda v: v == 0 or v >= 2,
                                  "0 (keep all) or >= 2 (a save in progress must never be the only one)"),
@@ -83,9 +99,12 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "lr_scheduler.min_lr_factor": (lambda v: 0 <= v <= 1, "0 <= min_lr_factor <= 1"),
     "data.dataset": (lambda v: v != "", "'embedded' or a folder of token shards"),
     "data.tokenizer": (lambda v: v != "", "'bytes' or a tokenizer.json path"),
-    "comm.init_timeout_seconds": (lambda v: v >= 1, ">= 1"),
-    "comm.train_timeout_seconds": (lambda v: v >= 1, ">= 1"),
+    "comm.init_timeout_seconds": (lambda v: 1 <= v <= MAX_TIMEOUT_S, f"1 <= seconds <= {MAX_TIMEOUT_S:,}"),
+    "comm.train_timeout_seconds": (lambda v: 1 <= v <= MAX_TIMEOUT_S, f"1 <= seconds <= {MAX_TIMEOUT_S:,}"),
     "comm.trace_buf_size": (lambda v: v >= 0, ">= 0 (0 disables the flight recorder)"),
+    "profiling.profile_start_step": (lambda v: v >= 1, ">= 1 (steps are 1-based)"),
+    "profiling.profile_steps": (lambda v: v >= 1, ">= 1"),
+    "profiling.save_traces_folder": (_inside_run_folder, INSIDE_RUN_FOLDER),
 }
 
 
@@ -110,8 +129,9 @@ def value_problem(key: str, value: Any) -> str | None:
     if key in CHOICES:
         return None if value in CHOICES[key] else f"must be one of {' | '.join(CHOICES[key])}"
     ok, valid = RANGES[key]
-    if isinstance(value, float) and value != value:  # NaN passes no range check
-        return f"must be a number: {valid}"
+    # NaN passes no range check; an infinity passes one-sided ones (lr = inf trains one step of nan)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number: {valid}"
     return None if ok(value) else f"must be {valid}"
 
 

@@ -105,15 +105,17 @@ def _batch_rule(cfg: JobConfig, dp: int) -> None:
     raise ConfigError(msg)
 
 
-def _tokenizer_fits(cfg: JobConfig, args: Any) -> None:
-    """Every token id of data.tokenizer must have a row in the model's embedding."""
+def _tokenizer_fits(cfg: JobConfig, args: Any) -> Any:
+    """Every token id of data.tokenizer must have a row in the model's embedding. Returns the
+    tokenizer."""
     from trainer.data.tokenizer import build_tokenizer  # lazily: numpy and tokenizers, no torch
 
     try:
-        vocab = build_tokenizer(cfg.data.tokenizer).vocab_size
+        tokenizer = build_tokenizer(cfg.data.tokenizer)
     except ValueError as e:
         why = str(e) if str(e).startswith("data.tokenizer") else f"data.tokenizer: {e}"
         raise ConfigError(f"{source_of(cfg, 'data.tokenizer')}: {why}") from e
+    vocab = tokenizer.vocab_size
     if vocab > args.vocab_size:
         # Blame the override when there is one: it, not the tokenizer, is then what changed.
         override = "model.overrides.vocab_size" in getattr(cfg, "_sources", {})
@@ -125,12 +127,34 @@ def _tokenizer_fits(cfg: JobConfig, args: Any) -> None:
             f"{vocab:,} tokens but model {cfg.model.name} flavor {cfg.model.flavor} has {size}; "
             f"use a config whose model covers it (the Llama-3 flavors have "
             f"128,256), set model.overrides.vocab_size = {vocab} or more, or use a smaller tokenizer")
+    return tokenizer
+
+
+def _shards_fit(cfg: JobConfig, tokenizer: Any) -> None:
+    """A folder of shards is read here as every rank would read it (headers only: no token is
+    loaded): an unfinished prepare_data folder, shards of another tokenizer or a dataset shorter
+    than one sample are one error here instead of one per rank after start-up."""
+    if cfg.data.dataset == "embedded":  # built by rank 0 at start-up, from the tokenizer
+        return
+    from trainer.data.shards import TokenSource
+
+    try:
+        source = TokenSource(cfg.data.dataset, tokenizer.fingerprint)
+    except ValueError as e:
+        raise ConfigError(f"{source_of(cfg, 'data.dataset')}: data.dataset = "
+                          f"{format_value(cfg.data.dataset)}: {e}") from e
+    seq_len = cfg.training.seq_len
+    if len(source) < seq_len + 1:
+        raise ConfigError(
+            f"{source_of(cfg, 'data.dataset')}: data.dataset = {format_value(cfg.data.dataset)} holds "
+            f"{len(source):,} tokens, fewer than one sample of training.seq_len + 1 = {seq_len + 1:,}; use "
+            "a shorter training.seq_len or a larger dataset")
 
 
 def _model_limits(cfg: JobConfig, args: Any) -> None:
     """What the model or its attention backend cannot run, found here rather than at the first
     forward, after every rank has started."""
-    _tokenizer_fits(cfg, args)
+    _shards_fit(cfg, _tokenizer_fits(cfg, args))
     max_seq_len = getattr(args, "max_seq_len", None)
     if max_seq_len is not None and cfg.training.seq_len > max_seq_len:
         raise ConfigError(
@@ -155,6 +179,18 @@ def _dataset_exists(cfg: JobConfig) -> None:
         return
     found, fix = dataset_problem(spec, cfg.data.tokenizer)
     raise ConfigError(f"{source_of(cfg, 'data.dataset')}: data.dataset = {format_value(spec)}: {found}; {fix}")
+
+
+def _packages_installed(cfg: JobConfig) -> None:
+    """Optional packages the config asks for, found missing before any rank starts (wandb is not
+    here: its absence is a warning, the run goes on without it)."""
+    import importlib.util
+
+    if cfg.metrics.enable_tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(
+            f"{source_of(cfg, 'metrics.enable_tensorboard')}: metrics.enable_tensorboard = true needs "
+            "the tensorboard package, which is not installed: run `pip install tensorboard` (in a "
+            "checkout: `pip install -e '.[tensorboard]'`), or set metrics.enable_tensorboard = false")
 
 
 _DEGREES = ("parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
@@ -209,6 +245,7 @@ def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
     except ValueError as e:
         raise ConfigError(str(e)) from e
     _dataset_exists(cfg)
+    _packages_installed(cfg)
     try:
         dims = ParallelDims.from_config(cfg.parallelism, world_size)
     except ValueError as e:
