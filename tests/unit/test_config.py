@@ -573,6 +573,12 @@ def run_cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120)
 
 
+def test_a_toml_file_with_a_byte_order_mark_loads(tmp_path):
+    f = tmp_path / "bom.toml"
+    f.write_bytes("\ufeff[training]\nsteps = 7\n".encode())
+    assert load_config(["--config", str(f)]).training.steps == 7
+
+
 def test_cli_tool_reports_unknown_key(tmp_path):
     f = write(tmp_path / "t.toml", "[training]\nsteps = 5\n")
     proc = run_cli("--config", str(f), "--training.stepz=3")

@@ -94,7 +94,9 @@ def check_tree(tree: dict[str, Any], source: str) -> tuple[dict[str, Any], Sourc
 
 def _read_toml(path: Path, source: str) -> dict[str, Any]:
     try:
-        text = path.read_bytes().decode("utf-8")
+        # utf-8-sig: a byte-order mark (Windows editors write one) is dropped, not a TOML error
+        # at line 1, column 1
+        text = path.read_bytes().decode("utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(f"{source}: config file {str(path)!r} not found") from None
     except (OSError, UnicodeDecodeError) as e:
