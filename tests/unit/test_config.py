@@ -573,6 +573,13 @@ def run_cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120)
 
 
+def test_include_inside_a_section_says_where_include_goes(tmp_path):
+    f = write(tmp_path / "inc.toml", '[training]\ninclude = ["base.toml"]\n')
+    with pytest.raises(ConfigError, match=r"training.include: include = \[...\] belongs at the top of the "
+                       r"file, before the first \[section\] table"):
+        load_config(["--config", str(f)])
+
+
 def test_a_toml_file_with_a_byte_order_mark_loads(tmp_path):
     f = tmp_path / "bom.toml"
     f.write_bytes("\ufeff[training]\nsteps = 7\n".encode())

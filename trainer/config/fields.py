@@ -90,6 +90,9 @@ def _fuzzy_key(section: str, key: str) -> Problem:
     """section.key is not in the schema: the closest key of the same section first, then the same
     key in another section (training.lr -> optimizer.lr), then the closest overall."""
     keys = list(section_fields(section))
+    if key == "include":  # TOML puts every line after [section] into that table
+        return Problem(f"{section}.include: include = [...] belongs at the top of the file, before the "
+                       f"first [section] table (here it is read as a key of [{section}])", "")
     hint = suggest(key, keys)
     full_hint = f"{section}.{hint}" if hint else None
     if full_hint is None:
