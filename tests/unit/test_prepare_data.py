@@ -106,11 +106,11 @@ def test_prepare_sequential_equals_parallel_and_rejects_mixing(tmp_path):
 def test_prepare_input_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "x"}) + "\n")
-    msg = r"bad\.jsonl \(line at byte 17\): no field 'text' \(--text-key\); found \['body'\]"
+    msg = r"bad\.jsonl line 2 \(byte 17\): no field 'text' \(--text-key\); found \['body'\]"
     with pytest.raises(ValueError, match=msg):
         prepare([str(bad)], tmp_path / "o1", log=None)
     (tmp_path / "good.txt").write_text("a fine document")
-    with pytest.raises(ValueError, match=r"bad\.jsonl \(line at byte 17\): no field 'text'"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl line 2 \(byte 17\): no field 'text'"):
         prepare([str(tmp_path / "good.txt"), str(bad)], tmp_path / "o1", workers=2, log=None)  # raised in a worker
     with pytest.raises(ValueError, match=r"--input '.*nothing\*\.txt': the pattern matches no file"):
         prepare([str(tmp_path / "nothing*.txt")], tmp_path / "o2", log=None)
@@ -120,6 +120,11 @@ def test_prepare_input_errors(tmp_path):
     (tmp_path / "latin.txt").write_bytes(b"caf\xe9")
     with pytest.raises(ValueError, match=r"latin\.txt: not valid UTF-8"):
         prepare([str(tmp_path / "latin.txt")], tmp_path / "o4", log=None)
+    # A .jsonl line that is not UTF-8: the file and the line, also in a unit starting mid-file.
+    (tmp_path / "latin.jsonl").write_bytes(b'{"text": "fine"}\n' * 3 + b'{"text": "ok \xff bad"}\n')
+    for unit_bytes in (2**20, 20):
+        with pytest.raises(ValueError, match=r"latin\.jsonl line 4 \(byte 51\): not valid UTF-8 \('utf-8' codec"):
+            prepare([str(tmp_path / "latin.jsonl")], tmp_path / "o4", unit_bytes=unit_bytes, log=None)
     if importlib.util.find_spec("datasets") is None:
         with pytest.raises(ValueError, match="hf: inputs need the `datasets` package"):
             prepare(["hf:roneneldan/TinyStories"], tmp_path / "o5", log=None)

@@ -256,6 +256,20 @@ def _decode(raw: bytes, where: str) -> str:
         raise ValueError(f"{where}: not valid UTF-8 ({e})") from None
 
 
+def _line_of(path: str, pos: int) -> str:
+    """'input PATH line N (byte POS)' for the line starting at byte `pos`. Counted only when reporting
+    an error: a unit starting mid-file does not know its first line's number, and counting the lines
+    before every unit would read the file again for each one."""
+    newlines = 0
+    with open(path, "rb") as f:
+        while f.tell() < pos:
+            chunk = f.read(min(2**20, pos - f.tell()))
+            if not chunk:
+                break
+            newlines += chunk.count(b"\n")
+    return f"input {path} line {newlines + 1} (byte {pos})"
+
+
 def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
     """The documents of one unit in order; None for a record whose text is null."""
     kind = desc["kind"]
@@ -273,20 +287,23 @@ def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
                 line = f.readline()
                 if not line:
                     break
-                where = f"input {path} (line at byte {pos})"
-                pos += len(line)
+                line_start, pos = pos, pos + len(line)
                 if not line.strip():
                     continue
                 try:
+                    # json.loads decodes the bytes itself: bad UTF-8 is a UnicodeDecodeError, not a JSONDecodeError
                     record = json.loads(line)
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{_line_of(path, line_start)}: not valid UTF-8 ({e})") from None
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{where}: not valid JSON ({e})") from None
+                    raise ValueError(f"{_line_of(path, line_start)}: not valid JSON ({e})") from None
                 if not isinstance(record, dict) or text_key not in record:
                     keys = list(record) if isinstance(record, dict) else type(record).__name__
-                    raise ValueError(f"{where}: no field {text_key!r} (--text-key); found {keys}")
+                    raise ValueError(f"{_line_of(path, line_start)}: no field {text_key!r} (--text-key); found {keys}")
                 text = record[text_key]
                 if text is not None and not isinstance(text, str):
-                    raise ValueError(f"{where}: field {text_key!r} is {type(text).__name__}, expected a string")
+                    raise ValueError(f"{_line_of(path, line_start)}: field {text_key!r} is {type(text).__name__}, "
+                                     "expected a string")
                 yield text
     elif kind == "parquet":
         pq = _import_pyarrow_parquet(f"input {desc['file']}")
