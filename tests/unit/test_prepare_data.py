@@ -130,6 +130,25 @@ def test_prepare_input_errors(tmp_path):
             prepare(["hf:roneneldan/TinyStories"], tmp_path / "o5", log=None)
 
 
+def test_damaged_parquet_is_named(tmp_path):
+    """pyarrow's errors name no file: a .parquet that is not one, or whose data pages are damaged,
+    is one error naming it, and the new folder is removed again."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    (tmp_path / "notes.parquet").write_text("not parquet at all")
+    with pytest.raises(ValueError, match=r"input .*notes\.parquet: not a readable parquet file \(Parquet magic"):
+        prepare([str(tmp_path / "notes.parquet")], tmp_path / "o1", log=None)
+    damaged = tmp_path / "damaged.parquet"
+    pq.write_table(pa.table({"text": [f"document {i} " * 20 for i in range(100)]}), damaged)
+    data = bytearray(damaged.read_bytes())
+    data[20:400] = b"\xab" * 380  # the first page header and data; the footer is intact
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"input .*damaged\.parquet: row group 0 cannot be read \(\S"):
+        prepare([str(damaged)], tmp_path / "o2", log=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.parquet", "notes.parquet"]
+
+
 def test_cli(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "scripts"))
     try:

@@ -178,6 +178,22 @@ def _import_pyarrow_parquet(what: str):
     return pq
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())  # pyarrow's messages can span lines; ours are one
+
+
+def _open_parquet(path: str):
+    """pq.ParquetFile(path); ValueError naming the file when pyarrow cannot read it (its own message
+    says what is wrong but not which file)."""
+    pq = _import_pyarrow_parquet(f"input {path}")
+    import pyarrow as pa
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"input {path}: not a readable parquet file ({_one_line(e)})") from None
+
+
 def _load_hf(name: str, split: str, what: str):
     try:
         import datasets
@@ -232,8 +248,7 @@ def plan_units(files: Sequence[str], unit_bytes: int, text_key: str) -> list[Uni
             for a in range(0, max(size, 1), unit_bytes):
                 descs.append({"kind": "jsonl", "file": f, "size": size, "bytes": [a, min(size, a + unit_bytes)]})
         else:
-            pq = _import_pyarrow_parquet(f"input {f}")
-            meta = pq.ParquetFile(f).metadata
+            meta = _open_parquet(f).metadata
             start, acc = 0, 0
             for g in range(meta.num_row_groups):
                 acc += meta.row_group(g).total_byte_size
@@ -306,14 +321,18 @@ def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
                                      "expected a string")
                 yield text
     elif kind == "parquet":
-        pq = _import_pyarrow_parquet(f"input {desc['file']}")
-        pf = pq.ParquetFile(desc["file"])
+        import pyarrow as pa
+
+        path = desc["file"]
+        pf = _open_parquet(path)
         if text_key not in pf.schema_arrow.names:
-            raise ValueError(
-                f"input {desc['file']}: no column {text_key!r} (--text-key); columns: {pf.schema_arrow.names}"
-            )
+            raise ValueError(f"input {path}: no column {text_key!r} (--text-key); columns: {pf.schema_arrow.names}")
         for g in range(*desc["row_groups"]):
-            yield from pf.read_row_group(g, columns=[text_key]).column(0).to_pylist()
+            try:
+                texts = pf.read_row_group(g, columns=[text_key]).column(0).to_pylist()
+            except (pa.ArrowException, OSError) as e:
+                raise ValueError(f"input {path}: row group {g} cannot be read ({_one_line(e)})") from None
+            yield from texts
     elif kind == "hf":
         ds = _load_hf(desc["name"], desc["split"], f"hf:{desc['name']}:{desc['split']}")
         if len(ds) != desc["num_rows"]:
