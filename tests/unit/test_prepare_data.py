@@ -149,6 +149,36 @@ def test_damaged_parquet_is_named(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.parquet", "notes.parquet"]
 
 
+def test_a_text_column_of_another_type_is_one_line_and_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    """A .parquet text column of ints was a TypeError traceback, and the new --output folder stayed
+    behind holding only the lock file. Now: one line naming the file, column and type, as for .jsonl."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    import trainer.data.prepare as prep
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prepare_data
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    ints = tmp_path / "ints.parquet"
+    pq.write_table(pa.table({"text": list(range(20)), "n": list(range(20))}), ints, row_group_size=8)
+    out = tmp_path / "out"
+    for workers in ("1", "2"):  # in this process; in a worker (several units)
+        rc = prepare_data.main(["--input", str(ints), "--output", str(out), "--workers", workers, "--unit-mb", "1e-6"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err == (f"prepare_data: error: input {ints}: column 'text' (--text-key) is int, "
+                                   "expected a string\n"), err
+        assert not out.exists()
+    # Whatever else fails before a unit is written leaves no folder either.
+    monkeypatch.setattr(prep, "process_unit", lambda job: 1 / 0)
+    (tmp_path / "a.txt").write_text("a document")
+    with pytest.raises(ZeroDivisionError):
+        prepare([str(tmp_path / "a.txt")], out, workers=1, log=None)
+    assert not out.exists()
+
+
 def test_cli(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "scripts"))
     try:

@@ -285,6 +285,16 @@ def _line_of(path: str, pos: int) -> str:
     return f"input {path} line {newlines + 1} (byte {pos})"
 
 
+def _strings(texts: list, where: str, text_key: str) -> list:
+    """`texts` (a column's values) once each is a str or None (null); else ValueError naming the type,
+    as for a .jsonl record's field (tokenizing it would fail with a TypeError that names nothing)."""
+    for text in texts:
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"{where}: column {text_key!r} (--text-key) is {type(text).__name__}, "
+                             "expected a string")
+    return texts
+
+
 def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
     """The documents of one unit in order; None for a record whose text is null."""
     kind = desc["kind"]
@@ -332,7 +342,7 @@ def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
                 texts = pf.read_row_group(g, columns=[text_key]).column(0).to_pylist()
             except (pa.ArrowException, OSError) as e:
                 raise ValueError(f"input {path}: row group {g} cannot be read ({_one_line(e)})") from None
-            yield from texts
+            yield from _strings(texts, f"input {path}", text_key)
     elif kind == "hf":
         ds = _load_hf(desc["name"], desc["split"], f"hf:{desc['name']}:{desc['split']}")
         if len(ds) != desc["num_rows"]:
@@ -341,7 +351,7 @@ def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
             )
         a, b = desc["rows"]
         for lo in range(a, b, 1024):
-            yield from ds[lo : min(b, lo + 1024)][text_key]
+            yield from _strings(ds[lo : min(b, lo + 1024)][text_key], f"hf:{desc['name']}:{desc['split']}", text_key)
     else:
         raise AssertionError(f"unknown unit kind {kind}")
 
@@ -555,7 +565,7 @@ def prepare(
         try:
             return _prepare_locked(inputs, output, tok, tokenizer, workers, text_key, shard_tokens, unit_bytes,
                                    log, t0)
-        except ValueError:
+        except BaseException:  # any failure, Ctrl-C too: a bare new folder is nothing to resume
             if created:
                 _remove_if_bare(output)
             raise
