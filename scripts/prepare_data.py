@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             shard_tokens=args.shard_tokens,
             unit_bytes=max(1, int(args.unit_mb * 2**20)),
         )
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # an OSError's message names its file: an unreadable input, say
         print(f"prepare_data: error: {e}", file=sys.stderr)
         return 2
     return 0

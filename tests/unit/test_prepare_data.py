@@ -274,6 +274,26 @@ def test_too_few_tokens_into_an_existing_folder_keeps_what_was_there(tmp_path):
     assert prepare([str(tmp_path / "one.txt")], tmp_path / "o2", log=None).total_tokens == 2
 
 
+def test_an_output_that_cannot_be_made_or_written_is_one_line(tmp_path, capsys):
+    """mkdir's and the lock file's OSErrors were tracebacks: now one line naming --output and why."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import prepare_data
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    (tmp_path / "a.txt").write_text("a document")
+    (tmp_path / "notes.md").write_text("mine")
+    cases = [(tmp_path / "notes.md" / "x", "cannot create --output {}: Not a directory")]
+    if Path("/proc/self").is_dir():  # procfs: no new files or folders there, even for root
+        cases += [(Path("/proc/titankit_qa"), "cannot create --output {}: "),
+                  (Path("/proc"), "cannot write in --output {}: ")]
+    for out, msg in cases:
+        rc = prepare_data.main(["--input", str(tmp_path / "a.txt"), "--output", str(out), "--workers", "1"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.startswith(f"prepare_data: error: {msg.format(out)}") and err.count("\n") == 1, err
+    assert (tmp_path / "notes.md").read_text() == "mine"
+
+
 def test_no_input_files_leave_no_folder(tmp_path):
     (tmp_path / "in").mkdir()
     with pytest.raises(ValueError, match=r"--input '.*in': the folder holds no \.txt/\.jsonl/\.parquet file"):

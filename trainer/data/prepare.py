@@ -476,6 +476,8 @@ def output_lock(output: Path):
             f"output folder {output} is in use by another scripts/prepare_data.py run ({who} holds {lock}): "
             f"wait for it to finish, or use another --output folder"
         ) from None
+    except OSError as e:  # after TimeoutError, one of its subclasses: a folder this user cannot write in
+        raise ValueError(f"cannot write in --output {output}: {e.strerror or e} (creating {LOCK_NAME})") from None
     with stack:
         lock.write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="ascii")
         yield
@@ -560,7 +562,10 @@ def prepare(
     check_output(inputs, output)
     tok = build_tokenizer(tokenizer)
     created = not output.exists()
-    output.mkdir(parents=True, exist_ok=True)
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # e.g. under a file (/dev/null/x) or in a read-only file system (/proc/x)
+        raise ValueError(f"cannot create --output {output}: {e.strerror or e}") from None
     with output_lock(output):
         try:
             return _prepare_locked(inputs, output, tok, tokenizer, workers, text_key, shard_tokens, unit_bytes,
