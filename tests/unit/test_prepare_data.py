@@ -376,6 +376,28 @@ def test_interrupted_run_is_refused_and_a_rerun_completes_it(tmp_path, monkeypat
     assert not (out / "COMPLETE.json").exists()
 
 
+def test_a_rerun_with_other_settings_is_told_which(tmp_path):
+    """A rerun into a folder whose units were planned otherwise names the option that differs (it
+    printed both units' raw descriptions), from COMPLETE.json or, for a run stopped midway, from the
+    shard headers."""
+    corpus = tmp_path / "big.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"document {i} " * 10}) + "\n" for i in range(3000)))
+    out = tmp_path / "out"
+    prepare([str(corpus)], out, unit_bytes=2**18, log=None)  # 0.25 MB: 2 units of the 0.45 MB file
+    refusal = r"shard-000000-0000\.json made with other settings \(--unit-mb: 0\.25 before, 0\.125 now\): rerun with"
+    with pytest.raises(ValueError, match=refusal):
+        prepare([str(corpus)], out, unit_bytes=2**17, log=None)
+    with pytest.raises(ValueError, match=r"holds shards beyond this input set .*\(--unit-mb: 0\.25 before, 0\.5 now\)"):
+        prepare([str(corpus)], out, unit_bytes=2**19, log=None)
+    (out / "COMPLETE.json").unlink()  # as after a run stopped midway: the headers record --unit-mb
+    with pytest.raises(ValueError, match=refusal):
+        prepare([str(corpus)], out, unit_bytes=2**17, log=None)
+    assert prepare([str(corpus)], out, unit_bytes=2**18, log=None).skipped == 2  # the same settings resume
+    (tmp_path / "first.jsonl").write_text(json.dumps({"text": "a new first file"}) + "\n")
+    with pytest.raises(ValueError, match=r"made with other settings \(--input files: 1 new \['.*first\.jsonl'\]\)"):
+        prepare([str(tmp_path / "first.jsonl"), str(corpus)], out, unit_bytes=2**18, log=None)
+
+
 def test_folder_with_a_unit_missing_is_refused(tmp_path):
     inputs, out = tiny_corpus(tmp_path / "in"), tmp_path / "out"
     prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)

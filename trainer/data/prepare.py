@@ -6,8 +6,8 @@ deterministic work units of about `unit_bytes` of text: groups of .txt files, by
 .jsonl (a line belongs to the range holding its first byte), row-group ranges of a .parquet, row
 ranges of a dataset. Unit u writes shards `shard-{u:06d}-{part:04d}.bin` (each at most
 `shard_tokens` tokens; every document followed by EOS), all data first, then the headers, each
-recording the unit's description and the part count. A rerun plans the same units and skips
-those whose shards are all complete, so an interrupted run resumes where it stopped.
+recording the unit's description, the part count and `unit_bytes`. A rerun plans the same units and
+skips those whose shards are all complete, so an interrupted run resumes where it stopped.
 
 The folder counts as prepared only once `COMPLETE.json` exists (shards.COMPLETE_MARKER): written
 atomically as the run's last act (inputs, tokenizer, units, the shard list and total tokens),
@@ -359,14 +359,38 @@ def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
 # ----------------------------------------------------------------------------- one unit
 
 
+def _changed_settings(output: Path, source: dict, now: dict) -> str:
+    """This run's settings (`now`) that differ from those that made the shards of `output`, e.g.
+    '--unit-mb: 64 before, 16 now', read from COMPLETE.json (a finished folder) or a shard header's
+    `source` (which records unit_bytes: a run stopped midway has no marker). '' when none is recorded
+    or none differs (an input file edited since, say): the caller says what it knows then."""
+    try:
+        before = {**source, **(read_complete_marker(output) or {})}
+    except ValueError:
+        before = dict(source)  # a damaged marker: the header's record alone
+    changed = []
+    if before.get("unit_bytes", now.get("unit_bytes")) != now.get("unit_bytes"):
+        old_mb, now_mb = (f"{b / 2**20:.4g}" for b in (before["unit_bytes"], now["unit_bytes"]))
+        if old_mb == now_mb:  # apart only in digits not shown: the bytes
+            old_mb, now_mb = f"{before['unit_bytes']} bytes", f"{now['unit_bytes']} bytes"
+        changed.append(f"--unit-mb: {old_mb} before, {now_mb} now")
+    files, now_files = before.get("input_files"), now.get("input_files")
+    if isinstance(files, list) and now_files is not None and files != now_files:
+        gone, new = [f for f in files if f not in now_files], [f for f in now_files if f not in files]
+        diff = [f"{len(fs)} {what} {fs[:3]}" for what, fs in (("gone", gone), ("new", new)) if fs]
+        changed.append(f"--input files: {', '.join(diff) or 'the same ones in another order'}")
+    return "; ".join(changed)
+
+
 def shard_name(unit_index: int, part: int) -> str:
     return f"shard-{unit_index:06d}-{part:04d}.bin"
 
 
-def unit_status(output: Path, unit: Unit, fingerprint: str) -> str:
+def unit_status(output: Path, unit: Unit, fingerprint: str, now: dict | None = None) -> str:
     """'complete', 'partial' (some files of the unit exist) or 'absent'.
 
-    Raises ValueError when the folder holds this unit index from other inputs or another tokenizer.
+    Raises ValueError when the folder holds this unit index from other inputs or another tokenizer,
+    naming the settings that differ from `now` ({"unit_bytes", "input_files"}) where it can.
     """
     prefix = f"shard-{unit.index:06d}-"
     bins = sorted(output.glob(prefix + "*.bin"))
@@ -388,6 +412,10 @@ def unit_status(output: Path, unit: Unit, fingerprint: str) -> str:
             )
         source = header.get("source") or {}
         if source.get("unit") != unit.desc:
+            changed = _changed_settings(output, source, now or {})
+            if changed:
+                raise ValueError(f"output folder {output} holds {h.name} made with other settings ({changed}): "
+                                 f"rerun with the earlier ones to reuse it, or use a new --output folder")
             raise ValueError(
                 f"output folder {output} holds {h.name} made from other inputs ({source.get('unit')}), "
                 f"not {unit.desc}: use a new --output folder for a different input set"
@@ -407,9 +435,10 @@ def _init_worker(tokenizer_spec: str) -> None:
     _WORKER_TOKENIZER = build_tokenizer(tokenizer_spec)
 
 
-def process_unit(job: tuple[str, Unit, str, int]) -> dict:
-    """Tokenize one unit into its shards (runs in a pool worker). Returns its counts."""
-    output_s, unit, text_key, shard_tokens = job
+def process_unit(job: tuple[str, Unit, str, int, int]) -> dict:
+    """Tokenize one unit into its shards (runs in a pool worker). Returns its counts. `unit_bytes` is
+    recorded in the headers: a rerun with another --unit-mb is told so (unit_status)."""
+    output_s, unit, text_key, shard_tokens, unit_bytes = job
     output, tok = Path(output_s), _WORKER_TOKENIZER
     for stale in list(output.glob(f"shard-{unit.index:06d}-*")):
         stale.unlink()  # a partial earlier attempt: its parts are rewritten from the start
@@ -447,7 +476,7 @@ def process_unit(job: tuple[str, Unit, str, int]) -> dict:
     write_parts(final=True)
     # Headers last, in part order: the unit counts as complete only once every part has one.
     for k, count in enumerate(counts):
-        source = {"unit": unit.desc, "part": k, "parts": len(counts)}
+        source = {"unit": unit.desc, "part": k, "parts": len(counts), "unit_bytes": unit_bytes}
         write_shard_header(output / shard_name(unit.index, k), make_header(tok, count, source))
     return {"documents": docs, "null_documents": nulls, "tokens": sum(counts), "text_chars": text_chars}
 
@@ -595,10 +624,18 @@ def _prepare_locked(inputs, output: Path, tok, tokenizer: str, workers: int, tex
     units = plan_units(files, unit_bytes, text_key)
     planned = {shard_name(u.index, 0)[: len("shard-000000")] for u in units}
     foreign = sorted(p.name for p in output.glob("shard-*.json") if p.name[: len("shard-000000")] not in planned)
+    now = {"unit_bytes": unit_bytes, "input_files": files}
     if foreign:
+        try:
+            source = read_header((output / foreign[0]).with_suffix(".bin")).get("source") or {}
+        except ValueError:
+            source = {}  # a damaged shard: the marker may still tell
+        changed = _changed_settings(output, source, now)
         raise ValueError(
-            f"output folder {output} holds shards beyond this input set ({foreign[:3]}...): "
-            f"use a new --output folder for a different input set"
+            f"output folder {output} holds shards beyond this input set ({foreign[:3]}...)"
+            + (f", made with other settings ({changed}): rerun with the earlier ones to reuse it, or"
+               if changed else ":")
+            + " use a new --output folder for a different input set"
         )
     for pattern in (".shard-*.tmp-*", f".{COMPLETE_MARKER}.tmp-*"):
         for tmp in output.glob(pattern):
@@ -606,10 +643,10 @@ def _prepare_locked(inputs, output: Path, tok, tokenizer: str, workers: int, tex
     stats = PrepareStats(units=len(units))
     todo = []
     for u in units:
-        if unit_status(output, u, tok.fingerprint) == "complete":
+        if unit_status(output, u, tok.fingerprint, now) == "complete":
             stats.skipped += 1
         else:
-            todo.append((str(output), u, text_key, shard_tokens))
+            todo.append((str(output), u, text_key, shard_tokens, unit_bytes))
     if todo:
         remove_complete_marker(output)  # the folder is about to change: incomplete until the end
 
