@@ -316,24 +316,51 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
     return out, f"{special_note}; {tokenizer_note}"
 
 
+def read_hf_json(path: Path) -> dict:
+    """A JSON object file of a Hugging Face folder; ValueError naming it when it is not one (json's
+    message names no file, and an empty or cut file is what an interrupted download leaves)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc}; an interrupted download?)") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: holds a JSON {type(data).__name__}, expected an object")
+    return data
+
+
+def open_safetensors(stack: contextlib.ExitStack, path: Path) -> Any:
+    """safe_open(path) entered on `stack`; ValueError naming the file when it is cut short or not a
+    safetensors file at all (safetensors' own error names no file)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        return stack.enter_context(safe_open(str(path), framework="pt"))
+    except SafetensorError as exc:
+        raise ValueError(f"{path}: not a complete safetensors file (an interrupted download?): {exc}") from None
+
+
 def hf_tensors(hf: Path) -> dict[str, Path]:
     """Hugging Face tensor name -> the safetensors file holding it."""
     index = hf / "model.safetensors.index.json"
     if index.is_file():
-        return {k: hf / v for k, v in json.loads(index.read_text())["weight_map"].items()}
+        weight_map = read_hf_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index}: no \"weight_map\" object (tensor name -> safetensors file)")
+        where = {k: hf / v for k, v in weight_map.items()}
+        missing = sorted({p.name for p in where.values() if not p.is_file()})
+        if missing:
+            raise ValueError(f"{index} lists {missing[:3]}, missing from {hf} ({len(missing)} file(s) in all)")
+        return where
     single = hf / "model.safetensors"
     if not single.is_file():
         raise ValueError(f"{hf}: neither model.safetensors.index.json nor model.safetensors "
                          "(a folder as Hugging Face's save_pretrained writes it)")
-    from safetensors import safe_open
-
-    with safe_open(str(single), framework="pt") as f:
-        return {k: single for k in f.keys()}
+    with contextlib.ExitStack() as stack:
+        return {k: single for k in open_safetensors(stack, single).keys()}
 
 
 def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
     import torch.distributed.checkpoint as dcp
-    from safetensors import safe_open
 
     from trainer.models.hf_llama import config_mismatches, from_hf_name, from_hf_tensor
 
@@ -342,7 +369,7 @@ def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
     cfg_file = hf / "config.json"
     if not cfg_file.is_file():
         raise ValueError(f"{cfg_file}: no such file (a Hugging Face model folder has one)")
-    hf_cfg = json.loads(cfg_file.read_text())
+    hf_cfg = read_hf_json(cfg_file)
     _, args = load_run_config(opts.config, overrides)
     wrong = config_mismatches(hf_cfg, args)
     if wrong:
@@ -375,7 +402,7 @@ def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
         for name, hf_name in names.items():
             path = where[hf_name]
             if path not in handles:
-                handles[path] = stack.enter_context(safe_open(str(path), framework="pt"))
+                handles[path] = open_safetensors(stack, path)
             w = from_hf_tensor(name, handles[path].get_tensor(hf_name), args)
             if tuple(w.shape) != shapes[name]:
                 raise ValueError(f"{path}: {hf_name} has shape {tuple(w.shape)}, but the titankit model "

@@ -399,3 +399,59 @@ def test_export_uses_the_config_of_the_launch_that_saved_the_step(tmp_path, caps
     (run / "config_0002.toml").unlink()  # one launch: its config.toml, silently
     assert convert.launch_config_of(run / "checkpoint" / "step-8") == run / "config.toml"
     assert capsys.readouterr().err == ""
+
+
+def test_a_damaged_hugging_face_folder_is_one_line_naming_the_file(tmp_path, capsys):
+    """What an interrupted download leaves (a cut or tiny safetensors file, an empty or cut JSON file,
+    a shard the index lists but that never arrived) was a SafetensorError traceback or json's bare
+    'Expecting value' naming no file: now one error line naming the file, and no output folder."""
+    from safetensors.torch import save_file
+
+    from trainer.models.hf_llama import hf_config
+
+    args = resolve_model_args(load_config(["--config", "configs/debug.toml"]))
+    model = Llama(args)
+    model.init_weights()
+    tensors = {to_hf_name(k): to_hf_tensor(k, v, args).contiguous()
+               for k, v in model.state_dict().items() if k != "rope_cache"}
+    names = sorted(tensors)
+    files = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+
+    def hf_folder(name: str) -> Path:
+        hf = tmp_path / name
+        hf.mkdir()
+        (hf / "config.json").write_text(json.dumps(hf_config(args, torch.float32)))
+        for file, part in files.items():
+            save_file({n: tensors[n] for n in part}, str(hf / file))
+        weight_map = {n: file for file, part in files.items() for n in part}
+        (hf / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+        return hf
+
+    def refusal(hf: Path) -> str:
+        code = convert.main(["from-hf", str(hf), str(tmp_path / "out"), "--config", "configs/debug.toml"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+        assert not (tmp_path / "out").exists()
+        return err
+
+    cut = hf_folder("cut")
+    shard = cut / "model-00001-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:100_000])
+    assert f"{shard}: not a complete safetensors file (an interrupted download?)" in refusal(cut)
+    single = hf_folder("single")
+    (single / "model.safetensors.index.json").unlink()
+    for file in files:
+        (single / file).unlink()
+    (single / "model.safetensors").write_bytes(b"version")  # 7 bytes
+    assert f"{single / 'model.safetensors'}: not a complete safetensors file" in refusal(single)
+    for name in ("config.json", "model.safetensors.index.json"):
+        hf = hf_folder(f"bad-{name}")
+        for text in ("", (hf / name).read_text()[:50]):
+            (hf / name).write_text(text)
+            assert f"{hf / name}: not valid JSON (" in refusal(hf)
+    absent = hf_folder("absent")
+    (absent / "model-00002-of-00002.safetensors").unlink()
+    err = refusal(absent)
+    assert f"{absent / 'model.safetensors.index.json'} lists ['model-00002-of-00002.safetensors'], missing" in err
+    whole = hf_folder("whole")
+    assert convert.main(["from-hf", str(whole), str(tmp_path / "out"), "--config", "configs/debug.toml"]) == 0
