@@ -398,6 +398,26 @@ def test_a_rerun_with_other_settings_is_told_which(tmp_path):
         prepare([str(tmp_path / "first.jsonl"), str(corpus)], out, unit_bytes=2**18, log=None)
 
 
+def test_a_rerun_with_another_text_key_or_shard_size_is_refused(tmp_path):
+    """Same units, other contents or cuts: the rerun skipped every finished unit and wrote its own
+    --text-key into COMPLETE.json over shards made from the other field, without a word."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"text {i} " * 9, "title": f"t{i}"}) + "\n" for i in range(50)))
+    out = tmp_path / "out"
+    prepare([str(corpus)], out, shard_tokens=2000, log=None)
+    marker = (out / "COMPLETE.json").read_text()
+    with pytest.raises(ValueError, match=r"holds shards made with other settings \(--text-key: 'text' before, "
+                       r"'title' now\): rerun with the earlier ones"):
+        prepare([str(corpus)], out, text_key="title", shard_tokens=2000, log=None)
+    with pytest.raises(ValueError, match=r"\(--shard-tokens: 2000 before, 1000 now\)"):
+        prepare([str(corpus)], out, shard_tokens=1000, log=None)
+    assert (out / "COMPLETE.json").read_text() == marker  # nothing rewritten
+    (out / "COMPLETE.json").unlink()  # a run stopped midway: the shard headers record both
+    with pytest.raises(ValueError, match=r"--text-key: 'text' before, 'title' now"):
+        prepare([str(corpus)], out, text_key="title", shard_tokens=2000, log=None)
+    assert prepare([str(corpus)], out, shard_tokens=2000, log=None).skipped == 1
+
+
 def test_folder_with_a_unit_missing_is_refused(tmp_path):
     inputs, out = tiny_corpus(tmp_path / "in"), tmp_path / "out"
     prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)

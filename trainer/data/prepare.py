@@ -359,6 +359,27 @@ def iter_documents(desc: dict, text_key: str) -> Iterator[str | None]:
 # ----------------------------------------------------------------------------- one unit
 
 
+# Settings that leave the units' plan as it was but change what their shards hold (--text-key) or
+# how they are cut (--shard-tokens): a rerun would skip the finished units and record its own values.
+_SAME_PLAN_SETTINGS = (("text_key", "--text-key"), ("shard_tokens", "--shard-tokens"))
+
+
+def _refuse_other_settings(output: Path, now: dict) -> None:
+    """ValueError when the shards of `output` were made with another --text-key or --shard-tokens
+    (COMPLETE.json, or a header of a run stopped midway), which this run would not redo."""
+    headers = sorted(output.glob("shard-*.json"))
+    if not headers:
+        return
+    try:
+        source = read_header(headers[0].with_suffix(".bin")).get("source") or {}
+    except ValueError:
+        source = {}  # a damaged shard is redone (unit_status); the marker may still tell
+    changed = _changed_settings(output, source, {k: now[k] for k, _ in _SAME_PLAN_SETTINGS})
+    if changed:
+        raise ValueError(f"output folder {output} holds shards made with other settings ({changed}): rerun "
+                         "with the earlier ones to finish or reuse it, or use a new --output folder")
+
+
 def _changed_settings(output: Path, source: dict, now: dict) -> str:
     """This run's settings (`now`) that differ from those that made the shards of `output`, e.g.
     '--unit-mb: 64 before, 16 now', read from COMPLETE.json (a finished folder) or a shard header's
@@ -368,8 +389,9 @@ def _changed_settings(output: Path, source: dict, now: dict) -> str:
         before = {**source, **(read_complete_marker(output) or {})}
     except ValueError:
         before = dict(source)  # a damaged marker: the header's record alone
-    changed = []
-    if before.get("unit_bytes", now.get("unit_bytes")) != now.get("unit_bytes"):
+    changed = [f"{flag}: {before[key]!r} before, {now[key]!r} now" for key, flag in _SAME_PLAN_SETTINGS
+               if key in before and key in now and before[key] != now[key]]
+    if "unit_bytes" in before and "unit_bytes" in now and before["unit_bytes"] != now["unit_bytes"]:
         old_mb, now_mb = (f"{b / 2**20:.4g}" for b in (before["unit_bytes"], now["unit_bytes"]))
         if old_mb == now_mb:  # apart only in digits not shown: the bytes
             old_mb, now_mb = f"{before['unit_bytes']} bytes", f"{now['unit_bytes']} bytes"
@@ -476,7 +498,8 @@ def process_unit(job: tuple[str, Unit, str, int, int]) -> dict:
     write_parts(final=True)
     # Headers last, in part order: the unit counts as complete only once every part has one.
     for k, count in enumerate(counts):
-        source = {"unit": unit.desc, "part": k, "parts": len(counts), "unit_bytes": unit_bytes}
+        source = {"unit": unit.desc, "part": k, "parts": len(counts), "unit_bytes": unit_bytes,
+                  "text_key": text_key, "shard_tokens": shard_tokens}
         write_shard_header(output / shard_name(unit.index, k), make_header(tok, count, source))
     return {"documents": docs, "null_documents": nulls, "tokens": sum(counts), "text_chars": text_chars}
 
@@ -624,7 +647,8 @@ def _prepare_locked(inputs, output: Path, tok, tokenizer: str, workers: int, tex
     units = plan_units(files, unit_bytes, text_key)
     planned = {shard_name(u.index, 0)[: len("shard-000000")] for u in units}
     foreign = sorted(p.name for p in output.glob("shard-*.json") if p.name[: len("shard-000000")] not in planned)
-    now = {"unit_bytes": unit_bytes, "input_files": files}
+    now = {"unit_bytes": unit_bytes, "input_files": files, "text_key": text_key, "shard_tokens": shard_tokens}
+    _refuse_other_settings(output, now)
     if foreign:
         try:
             source = read_header((output / foreign[0]).with_suffix(".bin")).get("source") or {}
