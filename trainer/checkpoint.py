@@ -676,7 +676,10 @@ class CheckpointManager:
                 if incomplete_reason(path) is None:
                     set_aside(path, f"this run resumed from step {self._start_step} and now saves "
                                     f"step {step}")
-                elif s >= step:
+                elif s == step:
+                    # DCP would mix its new shards with the old ones. A partial folder of a later
+                    # step stays: this run may never reach it, a resume skips it with a warning,
+                    # and retention removes it once a newer complete step exists.
                     remove_partial(path)
             self._swept = True
             if self._rewind is not None:

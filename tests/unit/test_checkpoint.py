@@ -229,6 +229,35 @@ def test_truncated_newest_falls_back_to_previous(tmp_path):
     mgr3.close()
 
 
+def test_a_partial_folder_of_a_later_step_is_kept_until_that_step_is_saved(tmp_path):
+    # step-4 and step-6 complete, then step-6 is cut short; the relaunch resumes step-4 and saves
+    # step 5. That save must not delete step-6 ("before saving the same step again" would be
+    # false: this run may end before step 6).
+    t, mgr = start(tmp_path, interval=2, keep_latest_k=2)
+    run(t, 6, mgr)
+    mgr.close()
+    assert steps_on_disk(tmp_path) == ["step-4", "step-6"]
+    shard = next((tmp_path / "checkpoint" / "step-6").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    t2, mgr2 = start(tmp_path, interval=3, keep_latest_k=2)
+    assert t2.step == 4
+    with captured_warnings() as warns:
+        run(t2, 1, mgr2)  # step 5: no save at interval 3
+        mgr2.maybe_save(t2.step, last=True)  # as the last step of a run of 5 steps saves it
+    assert not any("removing" in w for w in warns), warns
+    assert steps_on_disk(tmp_path) == ["step-4", "step-5", "step-6"]
+    assert len(shard.read_bytes()) == 100  # left as it was
+    # Saving step 6 itself replaces the partial folder, and says so.
+    with captured_warnings() as warns:
+        run(t2, 1, mgr2)
+    assert any("removing incomplete checkpoint folder" in w and "step-6" in w for w in warns), warns
+    mgr2.close()
+    assert steps_on_disk(tmp_path) == ["step-5", "step-6"]
+    t3, mgr3 = start(tmp_path)
+    assert t3.step == 6
+    mgr3.close()
+
+
 def test_other_model_shape_names_first_mismatching_key(tmp_path):
     t, mgr = start(tmp_path, interval=1)
     run(t, 1, mgr)
