@@ -29,6 +29,7 @@ import pickle
 import random
 import shutil
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -70,6 +71,7 @@ from trainer.checkpoint_folders import (
     step_folder,
     unsaved_rewind,
     write_load_step_record,
+    write_problem,
 )
 from trainer.checkpoint_memory import (
     RAM_FILESYSTEMS,
@@ -86,6 +88,7 @@ from trainer.data import identity as stream_id
 from trainer.distributed import on_rank0
 from trainer.log import logger
 from trainer.optim import config_hyperparameters, keep_config_hyperparameters
+from trainer.parallel.dims import env_local_rank
 from trainer.preemption import PreemptionWatcher, stop_label
 
 FULL_SECTIONS = ("optimizer", "lr_scheduler", "data", "train")
@@ -292,6 +295,26 @@ class CheckpointManager:
         self._rewind: dict[str, Any] | None = None
         # The trainer's watcher when it has one: it has been recording since the process started.
         self.watcher = (getattr(trainer, "preemption", None) or PreemptionWatcher()) if self.enabled else None
+        if self.enabled:
+            self._check_folder()
+
+    def _check_folder(self) -> None:
+        """Collective, at start-up: the first rank of each node makes the checkpoint folder and
+        writes a probe file into it, so that a folder that cannot take checkpoints (a file of that
+        name, no permission, a read-only or full mount) stops the run now, on every rank, instead
+        of at its first save, `interval` steps later. Each node probes because a mount may differ
+        per node; the run folder has been made by rank 0 already (trainer/run_lock.py)."""
+        mine = (socket.gethostname(), write_problem(self.root) if env_local_rank() == 0 else None)
+        every: list[Any] = [None] * self.world_size
+        dist.all_gather_object(every, mine, group=self.group)
+        bad = [(r, host, why) for r, (host, why) in enumerate(every) if why is not None]
+        if bad:
+            r, host, why = bad[0]
+            others = f" (and on {len(bad) - 1} more node(s))" if len(bad) > 1 else ""
+            raise ValueError(
+                f"checkpoint.folder = {self.cfg.folder!r}: checkpoints cannot be written into "
+                f"{self.root}: {why} (found by rank {r} on {host}{others}). Make it a writable "
+                "folder, or choose another checkpoint.folder, run.name or run.dump_folder")
 
     # ---- start = resume ------------------------------------------------------------------------
     def load(self) -> None:

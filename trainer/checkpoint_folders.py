@@ -9,9 +9,12 @@ deleted shard is caught before any rank starts loading, and the previous complet
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +195,31 @@ def write_load_step_record(root: Path, rewinds: list[dict[str, Any]]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"rewinds": rewinds}, indent=1) + "\n"
     atomic_write(root / LOAD_STEP_RECORD, lambda f: f.write(text.encode()))
+
+
+def write_problem(root: Path) -> str | None:
+    """Why checkpoints cannot be written into `root` (None: they can). Makes `root` when missing,
+    then creates, writes and removes a probe file with a name of its own (host and pid), so nothing
+    already in the folder is touched, and ranks of several nodes can probe one shared folder."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        return "it exists and is a file, not a folder"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"it cannot be created: {exc.strerror or exc}"
+    probe = root / f".write_test.{socket.gethostname()}.{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"titankit")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        return f"a file cannot be written into it: {exc.strerror or exc}"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return None
 
 
 def remove_partial(path: Path) -> None:

@@ -258,6 +258,28 @@ def test_a_partial_folder_of_a_later_step_is_kept_until_that_step_is_saved(tmp_p
     mgr3.close()
 
 
+def test_write_problem_names_what_stops_a_checkpoint_and_leaves_nothing_behind(tmp_path):
+    from trainer.checkpoint_folders import write_problem
+
+    (tmp_path / "file").write_text("x")
+    assert write_problem(tmp_path / "file") == "it exists and is a file, not a folder"
+    assert write_problem(tmp_path / "file" / "checkpoint") == \
+        "it cannot be created: Not a directory"
+    assert write_problem(tmp_path / "new" / "checkpoint") is None  # made, parents included
+    assert list((tmp_path / "new" / "checkpoint").iterdir()) == []  # the probe file is gone
+
+
+def test_a_checkpoint_folder_that_cannot_be_written_is_refused_at_start_up(tmp_path):
+    (tmp_path / "checkpoint").write_text("x")
+    with pytest.raises(ValueError, match=r"checkpoint.folder = 'checkpoint': checkpoints cannot be "
+                       r"written into .*checkpoint: it exists and is a file, not a folder \(found "
+                       r"by rank 0 on .*\)\. Make it a writable folder"):
+        CheckpointManager(make_trainer(tmp_path))
+    t = make_trainer(tmp_path / "fine")
+    CheckpointManager(t).close()
+    assert (tmp_path / "fine" / "checkpoint").is_dir()  # made at start-up, not at the first save
+
+
 def test_other_model_shape_names_first_mismatching_key(tmp_path):
     t, mgr = start(tmp_path, interval=1)
     run(t, 1, mgr)

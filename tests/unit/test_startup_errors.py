@@ -42,6 +42,25 @@ def test_a_run_folder_that_cannot_be_made_names_the_keys(tmp_path, monkeypatch, 
         launch(tmp_path, monkeypatch, *dump)
 
 
+def test_a_checkpoint_folder_that_cannot_be_written_is_refused_before_the_first_step(
+        tmp_path, monkeypatch, capsys):
+    # Was found only at the first save, `interval` steps later, as a traceback per rank.
+    from trainer.trainer import Trainer
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "checkpoint").write_text("not a folder")
+    trained = []
+    monkeypatch.setattr(Trainer, "train_step", lambda self: trained.append(1) or 1.0)
+    assert launch(tmp_path, monkeypatch, "--run.name=x", "--checkpoint.enable",
+                  "--checkpoint.interval=5", "--training.steps=6") == 2
+    err = capsys.readouterr().err
+    assert (f"[rank0] error: checkpoint.folder = 'checkpoint': checkpoints cannot be written into "
+            f"{tmp_path / 'x' / 'checkpoint'}: it exists and is a file, not a folder (found by rank 0 "
+            "on ") in err
+    assert "Traceback" not in err and not trained
+    assert (tmp_path / "x" / "checkpoint").read_text() == "not a folder"  # left as it was
+
+
 def test_thunderkittens_off_cuda_is_refused_naming_the_key(tmp_path, monkeypatch, capsys):
     assert launch(tmp_path, monkeypatch, "--model.attention=thunderkittens") == 2
     assert ('[rank0] error: command line: model.attention = "thunderkittens" needs an NVIDIA Hopper '
