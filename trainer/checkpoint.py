@@ -22,12 +22,10 @@ SIGUSR1.
 from __future__ import annotations
 
 import contextlib
-import errno
 import inspect
 import os
 import pickle
 import random
-import shutil
 import signal
 import socket
 import time
@@ -73,6 +71,7 @@ from trainer.checkpoint_folders import (
     write_load_step_record,
     write_problem,
 )
+from trainer.checkpoint_errors import CheckpointWriteError, write_failure
 from trainer.checkpoint_memory import (
     RAM_FILESYSTEMS,
     async_shortfall,
@@ -92,25 +91,6 @@ from trainer.parallel.dims import env_local_rank
 from trainer.preemption import PreemptionWatcher, stop_label
 
 FULL_SECTIONS = ("optimizer", "lr_scheduler", "data", "train")
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """exc, its __cause__/__context__ chain, and the per-rank failures a CheckpointException holds."""
-    seen: list[BaseException] = []
-    todo = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or any(e is x for x in seen):
-            continue
-        seen.append(e)
-        todo += [e.__cause__, e.__context__]
-        failures = getattr(e, "failures", None)  # CheckpointException: {rank: (exception, traceback)}
-        if isinstance(failures, dict):
-            for f in failures.values():
-                f = f[0] if isinstance(f, tuple) and f else f
-                if isinstance(f, BaseException):
-                    todo.append(f)
-    return seen
 
 
 def capture_rng() -> dict[str, Any]:
@@ -253,6 +233,7 @@ class _Pending:
     future: Any  # concurrent.futures.Future
     started: float
     staged_s: float
+    rank_bytes: int | None = None  # what this rank writes, for the message of a failed write
 
 
 class CheckpointManager:
@@ -580,7 +561,8 @@ class CheckpointManager:
             try:
                 dcp.save(state, storage_writer=writer, process_group=self.group)
             except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
-                raise RuntimeError(self._write_failure(path, exc)) from exc
+                raise CheckpointWriteError(write_failure(self.root, path, exc, state_bytes(state))) \
+                    from exc
             self._last_saved = step
             self._finish(step, path, t0, None)
             return
@@ -599,7 +581,7 @@ class CheckpointManager:
             response = dcp.async_save(state, storage_writer=writer, process_group=self.group, **kwargs)
         future = getattr(response, "upload_completion", response)
         staged = time.perf_counter() - t0
-        self._pending = _Pending(step, path, future, t0, staged)
+        self._pending = _Pending(step, path, future, t0, staged, state_bytes(state))
         self._last_saved = step
         logger.info(f"checkpoint step-{step}: staged in {staged:.2f}s, writing in the background "
                     f"({'a writer process' if self.writer == 'process' else 'a writer thread'})")
@@ -761,23 +743,9 @@ class CheckpointManager:
         try:
             pending.future.result()
         except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
-            raise RuntimeError(f"async save: {self._write_failure(pending.path, exc)}") from exc
+            message = write_failure(self.root, pending.path, exc, pending.rank_bytes)
+            raise CheckpointWriteError(f"async save: {message}") from exc
         self._finish(pending.step, pending.path, pending.started, pending.staged_s)
-
-    def _write_failure(self, path: Path, exc: BaseException) -> str:
-        """What a failed write tells the user: the folder, the cause (DCP buries "no space left"
-        in per-rank tracebacks), the free space, and which checkpoint a relaunch would use."""
-        free = ""
-        try:
-            free = f"; {shutil.disk_usage(self.root).free / 1e9:.1f} GB free on {self.root}"
-        except OSError:
-            pass
-        no_space = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in _causes(exc))
-        complete = [s for s, _ in complete_step_folders(self.root, warn=False)]
-        last = f"step-{complete[-1]}" if complete else "none yet"
-        return (f"checkpoint {path} could not be written{' (no space left on the device)' if no_space else ''}"
-                f"{free}: {exc}. The folder stays incomplete and a relaunch skips it; the newest "
-                f"complete checkpoint is {last}")
 
     # ---- preemption and shutdown ---------------------------------------------------------------
     def relaunch_note(self, completed: int) -> str:

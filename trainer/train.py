@@ -45,6 +45,7 @@ def _run(argv: list[str], preemption) -> int:
             print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    from trainer.checkpoint_errors import CheckpointWriteError
     from trainer.distributed import destroy_distributed
     from trainer.trainer import NonFiniteError, Trainer
 
@@ -79,6 +80,14 @@ def _run(argv: list[str], preemption) -> int:
                 else "checkpoint.enable is false: nothing is saved")
         return _interrupted(f"after step {done}: {note}")
     except NonFiniteError as exc:
+        trainer.close()
+        if os.environ.get("TITANKIT_TRACEBACK"):
+            raise
+        return _stopped(exc, 1, "training")
+    except CheckpointWriteError as exc:
+        # Every rank has the same failure (DCP reports it to all); the message names the newest
+        # complete checkpoint. A failure of the last async write surfaces in close(): the second
+        # close() finishes what the first left undone.
         trainer.close()
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise

@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch.distributed.checkpoint import FileSystemWriter
 
 from trainer.checkpoint import CheckpointManager
+from trainer.checkpoint_errors import CheckpointWriteError
 from tests.helpers.one_rank import one_rank_group
 from trainer.config.schema import JobConfig
 
@@ -798,11 +799,13 @@ def test_a_full_disk_says_so_and_names_the_checkpoint_a_relaunch_uses(tmp_path):
     t, mgr = start(tmp_path, interval=2)
     run(t, 2, mgr)  # step-2 complete
     mgr.writer_factory = FullDiskWriter
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(CheckpointWriteError) as err:
         run(t, 2, mgr)
     msg = str(err.value)
     assert f"checkpoint {tmp_path / 'checkpoint' / 'step-4'} could not be written (no space left" in msg
     assert "GB free on" in msg and "newest complete checkpoint is step-2" in msg
+    assert "): rank 0: OSError: [Errno 28] No space left on device. The folder" in msg
+    assert "\n" not in msg and "Traceback" not in msg
     mgr.close()
     t2, mgr2 = start(tmp_path, interval=2)
     assert t2.step == 2
@@ -821,9 +824,49 @@ def test_an_async_write_failure_raised_as_dcps_base_exception_is_reported():
     mgr = CheckpointManager.__new__(CheckpointManager)
     mgr.root = Path("/nonexistent-titankit-root")
     mgr._pending = _Pending(6, Path("/x/checkpoint/step-6"), future, time.perf_counter(), 0.1)
-    with pytest.raises(RuntimeError, match=r"async save: checkpoint /x/checkpoint/step-6 could not be "
-                       r"written \(no space left on the device\)"):
+    with pytest.raises(CheckpointWriteError, match=r"async save: checkpoint /x/checkpoint/step-6 could "
+                       r"not be written \(no space left on the device; free space on "
+                       r"/nonexistent-titankit-root unknown\): rank 0: OSError: \[Errno 28\] full\."):
         mgr._wait()
+
+
+class ShortWriteWriter(FileSystemWriter):
+    """torch.save's zip writer on a full device: the ENOSPC is lost, only the short write shows."""
+
+    def write_data(self, plan, planner):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598\n"
+                           "frame #0: c10::ThrowEnforceNotMet(...)")
+
+
+def test_a_full_device_is_named_even_when_the_exception_does_not_say_so(tmp_path, monkeypatch):
+    import shutil
+
+    import trainer.checkpoint_errors as errors
+
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.writer_factory = ShortWriteWriter
+    disk = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(errors.shutil, "disk_usage", lambda p: disk._replace(free=0))
+    with pytest.raises(CheckpointWriteError) as err:
+        run(t, 2, mgr)
+    msg = str(err.value)
+    assert msg.startswith(f"checkpoint {tmp_path / 'checkpoint' / 'step-4'} could not be written (no "
+                          "space left on the device, most likely: less free than the ")
+    assert ("this rank writes; 0 kB free on" in msg and "): rank 0: RuntimeError: [enforce fail at "
+            "inline_container.cc:672] . unexpected pos 704 vs 598. The folder stays incomplete" in msg)
+    assert "newest complete checkpoint is step-2" in msg and "continues from step-2" in msg
+    assert "\n" not in msg and "frame #0" not in msg  # one line: no DCP traceback, no C++ frames
+    mgr.close()
+    # With room on the device the same failure is not blamed on the space.
+    monkeypatch.setattr(errors.shutil, "disk_usage", lambda p: disk._replace(free=10**12))
+    t2, mgr2 = start(tmp_path, interval=2)
+    mgr2.writer_factory = ShortWriteWriter
+    with pytest.raises(CheckpointWriteError, match=r"could not be written \(1000\.0 GB free on .*\): "
+                       r"rank 0: RuntimeError: .*Relaunch once the cause is fixed: it continues from "
+                       r"step-2"):
+        run(t2, 2, mgr2)
+    mgr2.close()
 
 
 # ---- checkpoint.load_step applies once per checkpoint folder; a complete run says so ------------

@@ -3,6 +3,8 @@ the key or file, and exits 2, instead of a traceback per rank (TITANKIT_TRACEBAC
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trainer.config import ConfigError, load_config
@@ -97,6 +99,36 @@ def test_a_non_finite_step_ends_the_run_with_its_message(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert "[rank0] error: step 1: loss nan / grad norm nan is not finite" in err
     assert "(training stopped, exit status 1; NonFiniteError" in err
+
+
+@pytest.mark.parametrize("mode", ["disabled", "async"])
+def test_a_failed_checkpoint_write_ends_the_run_with_one_line(tmp_path, monkeypatch, capsys, mode):
+    # Was a RuntimeError with DCP's per-rank tracebacks inside it (300+ lines on 2 ranks).
+    import errno
+
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    import trainer.checkpoint
+
+    class FullDisk(FileSystemWriter):
+        def write_data(self, plan, planner):
+            if Path(str(self.path)).name == "step-2":
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write_data(plan, planner)
+
+    monkeypatch.setattr(trainer.checkpoint, "FileSystemWriter", FullDisk)
+    assert launch(tmp_path, monkeypatch, "--run.name=x", "--checkpoint.enable", "--training.steps=3",
+                  "--checkpoint.interval=1", f"--checkpoint.async_mode={mode}") == 1
+    err = capsys.readouterr().err
+    step2 = tmp_path / "x" / "checkpoint" / "step-2"
+    line = next(x for x in err.splitlines() if x.startswith("[rank0] error: "))
+    assert line.startswith(f"[rank0] error: {'async save: ' if mode == 'async' else ''}checkpoint "
+                           f"{step2} could not be written (no space left on the device; ")
+    assert line.endswith("): rank 0: OSError: [Errno 28] No space left on device. The folder stays "
+                         "incomplete and a relaunch skips it; the newest complete checkpoint is "
+                         "step-1. Free space there (or lower checkpoint.keep_latest_k) and relaunch: "
+                         "it continues from step-1")
+    assert "(training stopped, exit status 1; CheckpointWriteError" in err and "Traceback" not in err
 
 
 def test_config_warnings_are_log_lines_not_python_warnings(tmp_path, monkeypatch, capsys, logs):
