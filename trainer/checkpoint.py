@@ -7,14 +7,16 @@ Layout: {run_dir}/{checkpoint.folder}/step-N/ holds one DCP checkpoint with thes
   lr_scheduler  the scheduler's state_dict, pickled into one bytes item
   data          the sample stream's state, identical on all ranks (stored once): {"next_index": int,
                 "identity": JSON of what defines the stream (trainer/data/identity.py)}
-  train         {"step", "tokens_seen", "world_size"}
+  train         {"step", "tokens_seen", "world_size", "model_identity": JSON of the model's settings
+                (trainer/models/identity.py)}
   rng           {"rank<r>": {"python", "numpy", "torch"[, "cuda"]}}: each rank saves and loads its own
 Bytes items with the same key on every rank are written by one rank only (DCP de-duplicates them).
 
 Start = resume: a complete step folder of this run wins (the newest, or checkpoint.load_step: a rewind
 applied once per checkpoint folder, recorded in load_step.json, _choose_load_step); else
 checkpoint.initial_load_path; else a fresh start. A load of more than weights continues the saved
-data stream, so it first checks that this run reads the same stream (_check_stream). See
+data stream, so it first checks that this run reads the same stream (_check_stream); a resume of the
+run's own checkpoints also checks that it builds the same model (_check_model). See
 trainer/checkpoint_folders.py for what "complete" means and trainer/preemption.py for SIGTERM /
 SIGUSR1.
 """
@@ -87,6 +89,7 @@ from trainer.checkpoint_staging import make_async_stager
 from trainer.data import identity as stream_id
 from trainer.distributed import on_rank0
 from trainer.log import logger
+from trainer.models import identity as model_id
 from trainer.optim import config_hyperparameters, keep_config_hyperparameters
 from trainer.parallel.dims import env_local_rank
 from trainer.preemption import PreemptionWatcher, stop_label
@@ -159,7 +162,8 @@ class CheckpointManager:
     """Saves and restores a Trainer's state; the Trainer calls load(), maybe_save(), preempted(), close().
 
     Uses of the trainer: cfg, run_dir, model, optimizer, lr_scheduler, stream, step, tokens_seen,
-    data_identity (trainer/data/identity.py's stream_identity of the run).
+    data_identity (trainer/data/identity.py's stream_identity of the run), model_identity
+    (trainer/models/identity.py's model_identity of the run).
     """
 
     def __init__(self, trainer: Any) -> None:
@@ -319,6 +323,7 @@ class CheckpointManager:
         t0 = time.perf_counter()
         metadata = read_metadata(path)
         model_sd = get_model_state_dict(t.model)
+        self._check_model(path, metadata, initial)  # a change that keeps every shape, too
         check_model_fits(metadata, model_sd, path)  # before any rank reads a tensor
         state: dict[str, Any] = {"model": model_sd}
         rng_key = f"rank{self.rank}"
@@ -382,6 +387,38 @@ class CheckpointManager:
                 f"but training.steps = {steps}: this run would train and save nothing. Raise "
                 f"training.steps above {saved} to train on from it, or set "
                 "checkpoint.initial_load_model_only = true to start at step 0 from its weights")
+
+    def _check_model(self, path: Path, metadata: Any, initial: bool) -> None:
+        """Refuse to resume this run's own checkpoint with other model settings: the shape check
+        lets through head counts, RoPE and norm settings that keep every shape. A checkpoint of
+        another run (initial_load_path, a fine-tune) loads wherever the shapes fit, as before; its
+        differences get one INFO line. Every rank reads the same record and reaches one verdict."""
+        if not has_section(metadata, "train.model_identity"):
+            if not initial and self.rank == 0:
+                logger.info(f"checkpoint {path} records no model settings (saved by an older "
+                            "titankit): only the shapes of its weights are checked")
+            return
+        state: dict[str, Any] = {"train": {"model_identity": None}}  # one bytes item
+        dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
+        saved = model_id.loads(state["train"]["model_identity"], f"checkpoint {path}")
+        current = self.trainer.model_identity
+        keys = model_id.differences(saved, current)
+        lines = model_id.describe(saved, current, keys)
+        if keys and not initial:
+            flavor = saved.get("flavor")
+            note = (f" It was saved with model.flavor = {flavor!r} (this run: {current['flavor']!r})."
+                    if keys != ["family"] and flavor not in (None, current.get("flavor")) else "")
+            raise ValueError(
+                f"checkpoint {path} was saved by a model with other settings than this run "
+                "builds:\n  " + "\n  ".join(lines) + f"\nTo resume it, run with the saved values "
+                f"({model_id.resume_hint(saved, keys)}).{note} To train the changed model from its "
+                "weights on purpose, start a new run folder (another run.name) with "
+                f"checkpoint.initial_load_path = '{path}' (it loads where the weight shapes fit).")
+        changes = "; ".join(lines + model_id.unchecked_changes(saved, current))
+        if changes and self.rank == 0:
+            logger.info(f"checkpoint {path} was saved with other model settings ({changes}); "
+                        + ("its weights load where their shapes fit" if initial else
+                           "a resume may change these (same model function, or training settings)"))
 
     def _load_sections(self, path: Path, metadata: Any, names: tuple[str, ...]) -> dict[str, Any]:
         state = {name: section_template(metadata, f"{name}.") for name in names}
@@ -582,7 +619,8 @@ class CheckpointManager:
             "lr_scheduler": pickle.dumps(t.lr_scheduler.state_dict()),
             "data": dict(data),
             "train": {"step": int(step), "tokens_seen": int(t.tokens_seen),
-                      "world_size": self.world_size},
+                      "world_size": self.world_size,
+                      "model_identity": model_id.dumps(t.model_identity)},
             "rng": {f"rank{self.rank}": capture_rng()},
         }
 

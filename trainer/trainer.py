@@ -30,6 +30,7 @@ from trainer.log import init_logging, logger
 from trainer.gpu_monitor import GpuSampler
 from trainer.metrics import MetricsLogger, StepMeter, resolve_peak_flops
 from trainer.models import FAMILIES
+from trainer.models.identity import model_identity
 from trainer.optim import build_lr_scheduler, build_optimizer, clip_grads_, grad_norm
 from trainer.parallel import parallelize
 from trainer.parallel.dims import ParallelDims, env_world_size
@@ -131,6 +132,8 @@ class Trainer:
         # Model: meta -> (fp8) -> parallelize -> materialize -> init, so no rank ever holds it whole.
         family = FAMILIES[cfg.model.name]
         self.model_args = resolve_model_args(cfg)  # vocab_size covers the tokenizer: validate_config
+        # What a checkpoint records, so a resume can refuse to continue as another model.
+        self.model_identity = model_identity(cfg.model.name, cfg.model.flavor, self.model_args)
         with torch.device("meta"):
             model = family.model_cls(self.model_args)
         if cfg.float8.enable:

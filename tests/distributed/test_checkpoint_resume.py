@@ -239,13 +239,16 @@ def test_default_global_batch_on_fewer_ranks_is_refused_unless_allowed(dump):
         {"next_index": 12, "step": 4, "tokens_seen": 12 * 64}
 
 
-def test_other_model_shape_fails_naming_key(dump, reference):
+def test_other_model_shape_fails_naming_the_setting(dump, reference):
+    # A resume compares the recorded model settings before the shapes: the error names the field,
+    # both values and the flag that restores it (the shape check's key names are the fallback for
+    # checkpoints without the record, tests/unit/test_checkpoint.py).
     run = dump / "shape"
     shutil.copytree(dump / "ref" / "checkpoint" / "step-10", run / "checkpoint" / "step-10")
     proc = launch(dump, "shape", 1, "--model.overrides.dim=32", check=False)
     assert proc.returncode != 0
-    assert "key 'tok_embeddings.weight' has shape (512, 64) in the checkpoint but (512, 32) " \
-           "in the model" in proc.stderr, proc.stderr[-3000:]
+    assert "model.overrides.dim: saved 64, current 32\nTo resume it, run with the saved values " \
+           "(--model.overrides.dim=64)" in proc.stderr, proc.stderr[-3000:]
 
 
 def children(pid: int) -> list[int]:

@@ -58,8 +58,17 @@ def identity(**changes) -> dict:
     return out
 
 
+def model_identity(**changes) -> dict:
+    """A model identity as the Trainer records it (trainer/models/identity.py), args with `changes`."""
+    args = {"dim": 16, "n_heads": 2, "n_kv_heads": 1, "rope_theta": 500000.0, "norm_eps": 1e-5,
+            "attention": "sdpa"}
+    args.update(changes)
+    return {"family": "llama3", "flavor": "debug", "args": args}
+
+
 def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, data: dict | None = None,
-                 lr: float = 1e-2, weight_decay: float = 0.1, lr_fn=None, **ckpt) -> SimpleNamespace:
+                 lr: float = 1e-2, weight_decay: float = 0.1, lr_fn=None, model_args: dict | None = None,
+                 **ckpt) -> SimpleNamespace:
     cfg = JobConfig()
     cfg.checkpoint.enable = True
     cfg.checkpoint.interval = 1
@@ -71,7 +80,8 @@ def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, data: dict | No
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_fn or (lambda i: 1.0 / (1 + i)))
     return SimpleNamespace(cfg=cfg, run_dir=run_dir, model=model, optimizer=opt,
                            lr_scheduler=sched, stream=Stream(), step=0, tokens_seen=0,
-                           data_identity=identity(**(data or {})))
+                           data_identity=identity(**(data or {})),
+                           model_identity=model_identity(**(model_args or {})))
 
 
 def train_step(t: SimpleNamespace) -> float:
@@ -279,6 +289,81 @@ def test_a_checkpoint_folder_that_cannot_be_written_is_refused_at_start_up(tmp_p
     t = make_trainer(tmp_path / "fine")
     CheckpointManager(t).close()
     assert (tmp_path / "fine" / "checkpoint").is_dir()  # made at start-up, not at the first save
+
+
+def test_resume_refuses_other_model_settings_that_keep_every_shape(tmp_path):
+    # n_heads 2 -> 4 with n_kv_heads 1 -> 2 at one dim, or rope_theta / norm_eps: no shape changes,
+    # so the shape check let such a resume through and it trained another model without a word.
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 4, mgr)
+    mgr.close()
+    before = folder_bytes(tmp_path / "checkpoint" / "step-4")
+    with pytest.raises(ValueError) as err:
+        start(tmp_path, interval=2, model_args={"n_heads": 4, "n_kv_heads": 2, "rope_theta": 10.0})
+    assert str(err.value) == (
+        f"checkpoint {tmp_path / 'checkpoint' / 'step-4'} was saved by a model with other settings "
+        "than this run builds:\n"
+        "  model.overrides.n_heads: saved 2, current 4\n"
+        "  model.overrides.n_kv_heads: saved 1, current 2\n"
+        "  model.overrides.rope_theta: saved 500000.0, current 10.0\n"
+        "To resume it, run with the saved values (--model.overrides.n_heads=2 "
+        "--model.overrides.n_kv_heads=1 --model.overrides.rope_theta=500000.0). To train the changed "
+        "model from its weights on purpose, start a new run folder (another run.name) with "
+        f"checkpoint.initial_load_path = '{tmp_path / 'checkpoint' / 'step-4'}' (it loads where the "
+        "weight shapes fit).")
+    with pytest.raises(ValueError, match=r"model\.overrides\.norm_eps: saved 1e-05, current 0\.1\n"):
+        start(tmp_path, interval=2, model_args={"norm_eps": 0.1})
+    with pytest.raises(ValueError, match=r"model\.overrides\.dim: saved 16, current 32\nTo resume"):
+        start(tmp_path, hidden=32, model_args={"dim": 32})  # a shape change is named the same way
+    with pytest.raises(ValueError, match=r"step-2 was saved by a model .*\n  model\.overrides\.n_heads"):
+        start(tmp_path, interval=2, load_step=2, model_args={"n_heads": 4})  # a rewind is a resume too
+    assert folder_bytes(tmp_path / "checkpoint" / "step-4") == before  # nothing was touched
+    # Another attention backend computes the same function: the resume goes on.
+    t2, mgr2 = start(tmp_path, interval=2, model_args={"attention": "triton"})
+    assert t2.step == 4
+    mgr2.close()
+
+
+def test_initial_load_of_another_runs_checkpoint_is_not_refused_for_other_model_settings(tmp_path,
+                                                                                         caplog):
+    src, mgr = start(tmp_path / "src", interval=2)
+    run(src, 2, mgr)
+    mgr.close()
+    folder = str(tmp_path / "src" / "checkpoint")
+    with caplog.at_level(logging.INFO, logger="titankit"):
+        t, m = start(tmp_path / "ft", initial_load_path=folder, model_args={"rope_theta": 10.0})
+    assert t.step == 0
+    m.close()
+    assert any("was saved with other model settings (model.overrides.rope_theta: saved 500000.0, "
+               "current 10.0); its weights load where their shapes fit" in r.getMessage()
+               for r in caplog.records)
+    t, m = start(tmp_path / "ft2", initial_load_path=folder, initial_load_model_only=False,
+                 model_args={"n_heads": 4, "n_kv_heads": 2})
+    assert t.step == 2
+    m.close()
+
+
+def test_a_checkpoint_without_model_settings_resumes_with_one_info_line(tmp_path, monkeypatch, caplog):
+    # Saved by a titankit before the record: only the shape check applies.
+    real = CheckpointManager._state_dict
+
+    def without_record(self, step):
+        state = real(self, step)
+        del state["train"]["model_identity"]
+        return state
+
+    monkeypatch.setattr(CheckpointManager, "_state_dict", without_record)
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.close()
+    monkeypatch.undo()
+    with caplog.at_level(logging.INFO, logger="titankit"):
+        t2, mgr2 = start(tmp_path, interval=2, model_args={"rope_theta": 10.0})
+    assert t2.step == 2
+    mgr2.close()
+    notes = [r.getMessage() for r in caplog.records if "model settings" in r.getMessage()]
+    assert notes == [f"checkpoint {tmp_path / 'checkpoint' / 'step-2'} records no model settings "
+                     "(saved by an older titankit): only the shapes of its weights are checked"]
 
 
 def test_other_model_shape_names_first_mismatching_key(tmp_path):
