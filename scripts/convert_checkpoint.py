@@ -9,9 +9,13 @@
         --config configs/llama3_8b.toml
     # then train with: --checkpoint.initial_load_path=/data/llama31-8b-titankit
 
-to-hf reads the resolved config of the launch that saved the step (config.toml or config_NNNN.toml
-in the run folder, two levels above the step folder) unless --config is given, loads one safetensors shard's worth of tensors at a time (so the
-host needs about --shard-gb of memory, not the whole model), and writes bf16 by default. from-hf
+to-hf reads the resolved config of the launch that saved the step unless --config is given: the run
+folder (two levels above the step folder) keeps config.toml and a config_NNNN.toml per relaunch that
+changed it, and the checkpoint records which one it was saved under. A checkpoint saved before that
+record gets the newest of those files modified before its .metadata: a copy of the run folder that
+did not keep modification times (cp -r rather than cp -a or rsync -a) can change that choice, which
+is printed. It loads one safetensors shard's worth of tensors at a time (so the host needs about
+--shard-gb of memory, not the whole model), and writes bf16 by default. from-hf
 checks config.json and every tensor's shape against the titankit model of --config (plus any
 --section.key=value overrides) and stores the weights in their own dtype; the trainer's load
 converts them to its fp32 parameters. Only the weights cross over, and for to-hf the run's tokenizer:
@@ -51,7 +55,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     to.add_argument("step", help="a complete checkpoint folder, e.g. <run>/checkpoint/step-1000, or a "
                     "run's checkpoint/ folder (then its newest complete step-N, which is named)")
     to.add_argument("out", help="the folder to create")
-    to.add_argument("--config", default="", help="the run's TOML (default: config.toml of the step's run folder)")
+    to.add_argument("--config", default="", help="the run's TOML (default: the file of the step's run "
+                    "folder, config.toml or config_NNNN.toml, that the checkpoint records it was saved "
+                    "under; for a checkpoint without that record, the newest of them modified before "
+                    "its .metadata, a choice that a copy without modification times (cp -r, not "
+                    "cp -a) can change)")
     to.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPES), help="dtype of the written weights")
     to.add_argument("--shard-gb", type=float, default=5.0, help="largest safetensors file, GB")
     for which in ("bos", "eos"):
@@ -71,19 +79,35 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return opts, rest
 
 
-def launch_config_of(step: Path) -> Path:
+def launch_config_of(step: Path, recorded: str | None = None) -> Path:
     """The resolved config of the launch that saved `step`: the run folder keeps one per launch that
-    changed it (config.toml, config_0002.toml, ...; trainer/trainer.py keep_launch_config), each
-    written as its launch started, so it is the newest one written before the step's .metadata."""
+    changed it (config.toml, config_0002.toml, ...; trainer/trainer.py keep_launch_config).
+    `recorded`: the file name the checkpoint records (saved_launch_config), used when that file is
+    there. Else (a checkpoint from before the record) each file was written as its launch started,
+    so it is the newest one modified before the step's .metadata: a rule a copy that did not keep
+    modification times (cp -r) can break, so the choice is printed when there are several."""
     run_dir = step.resolve().parent.parent
     launches = [p for p in run_dir.glob("config*.toml") if re.fullmatch(r"config(_\d+)?\.toml", p.name)]
+    if recorded is not None and (run_dir / recorded).is_file():
+        if len(launches) > 1:
+            print(f"{run_dir} has {len(launches)} launch configs; {step.name} was saved under "
+                  f"{recorded} (recorded in the checkpoint; pass --config to choose another)",
+                  file=sys.stderr)
+        return run_dir / recorded
+    why = (f"the checkpoint names {recorded}, which is not there; " if recorded is not None else
+           "the checkpoint does not record which (saved by an older titankit); ")
     if len(launches) <= 1:
+        if recorded is not None:
+            print(f"{run_dir}: {why}using config.toml (pass --config to choose another)",
+                  file=sys.stderr)
         return run_dir / "config.toml"
     saved = (step / ".metadata").stat().st_mtime
     before = [p for p in launches if p.stat().st_mtime <= saved]
     chosen = max(before or launches, key=lambda p: p.stat().st_mtime)
-    print(f"{run_dir} has {len(launches)} launch configs; {step.name} was saved under {chosen.name} "
-          "(pass --config to choose another)", file=sys.stderr)
+    print(f"{run_dir} has {len(launches)} launch configs; {why}{step.name} was saved under "
+          f"{chosen.name}, the newest modified before its .metadata (a copy of the run folder that "
+          "did not keep modification times can change this; pass --config to choose another)",
+          file=sys.stderr)
     return chosen
 
 
@@ -138,20 +162,33 @@ def copy_tokenizer(tokenizer: str, out: Path) -> str:
     return f"tokenizer copied from {src.parent}: {', '.join(copied)}"
 
 
-def saved_tokenizer(step: Path, metadata: Any) -> str | None:
-    """The tokenizer fingerprint the checkpoint's data-stream identity records (trainer/data/identity.py);
-    None for a weights-only step (from-hf) or one saved before identities existed."""
+def _saved_item(step: Path, metadata: Any, section: str, key: str) -> Any:
+    """One bytes item the trainer records in the checkpoint (section.key), or None when it has none."""
     import torch.distributed.checkpoint as dcp
 
-    from trainer.data import identity
-
-    if "data.identity" not in metadata.state_dict_metadata:
+    if f"{section}.{key}" not in metadata.state_dict_metadata:
         return None
-    state: dict[str, Any] = {"data": {"identity": None}}  # a bytes item: DCP fills in the object
+    state: dict[str, Any] = {section: {key: None}}  # a bytes item: DCP fills in the object
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": yes
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(state, checkpoint_id=str(step), no_dist=True)
-    return identity.loads(state["data"]["identity"], f"checkpoint {step}").get("tokenizer")
+    return state[section][key]
+
+
+def saved_tokenizer(step: Path, metadata: Any) -> str | None:
+    """The tokenizer fingerprint the checkpoint's data-stream identity records (trainer/data/identity.py);
+    None for a weights-only step (from-hf) or one saved before identities existed."""
+    from trainer.data import identity
+
+    text = _saved_item(step, metadata, "data", "identity")
+    return None if text is None else identity.loads(text, f"checkpoint {step}").get("tokenizer")
+
+
+def saved_launch_config(step: Path, metadata: Any) -> str | None:
+    """The run folder's config file the checkpoint was saved under (config.toml, config_0002.toml,
+    ...); None for a weights-only step or one saved before the record existed."""
+    name = _saved_item(step, metadata, "train", "launch_config")
+    return None if name is None else str(name)
 
 
 def _shard_eos(dataset: str, fingerprint: str) -> int | None:
@@ -274,12 +311,13 @@ def to_hf(opts: argparse.Namespace, overrides: list[str]) -> tuple[Path, str]:
     out = Path(opts.out)
     refuse_existing(out)
     step = resolve_step(Path(opts.step))
-    config = Path(opts.config) if opts.config else launch_config_of(step)
+    metadata = read_metadata(step)
+    config = (Path(opts.config) if opts.config else
+              launch_config_of(step, saved_launch_config(step, metadata)))
     if not config.is_file():
         raise ValueError(f"{config}: no such file; pass --config with the TOML the run was trained with")
     cfg, args = load_run_config(str(config), overrides)
     shapes = expected_shapes(args)
-    metadata = read_metadata(step)
     template = {k: torch.empty(s, device="meta") for k, s in shapes.items()}
     check_model_fits(metadata, template, step)  # names the first key whose shape differs
     given = {"bos_token_id": opts.bos_token_id, "eos_token_id": opts.eos_token_id}

@@ -8,7 +8,8 @@ Layout: {run_dir}/{checkpoint.folder}/step-N/ holds one DCP checkpoint with thes
   data          the sample stream's state, identical on all ranks (stored once): {"next_index": int,
                 "identity": JSON of what defines the stream (trainer/data/identity.py)}
   train         {"step", "tokens_seen", "world_size", "model_identity": JSON of the model's settings
-                (trainer/models/identity.py)}
+                (trainer/models/identity.py), "launch_config": the run folder's file holding the
+                resolved config of the launch that saved it (config.toml, config_0002.toml, ...)}
   rng           {"rank<r>": {"python", "numpy", "torch"[, "cuda"]}}: each rank saves and loads its own
 Bytes items with the same key on every rank are written by one rank only (DCP de-duplicates them).
 
@@ -163,7 +164,8 @@ class CheckpointManager:
 
     Uses of the trainer: cfg, run_dir, model, optimizer, lr_scheduler, stream, step, tokens_seen,
     data_identity (trainer/data/identity.py's stream_identity of the run), model_identity
-    (trainer/models/identity.py's model_identity of the run).
+    (trainer/models/identity.py's model_identity of the run), launch_config (the name of the run
+    folder's file with this launch's config: trainer.py's record_launch_config).
     """
 
     def __init__(self, trainer: Any) -> None:
@@ -620,7 +622,8 @@ class CheckpointManager:
             "data": dict(data),
             "train": {"step": int(step), "tokens_seen": int(t.tokens_seen),
                       "world_size": self.world_size,
-                      "model_identity": model_id.dumps(t.model_identity)},
+                      "model_identity": model_id.dumps(t.model_identity),
+                      "launch_config": str(t.launch_config)},
             "rng": {f"rank{self.rank}": capture_rng()},
         }
 

@@ -24,7 +24,7 @@ from trainer.config import JobConfig, config_to_dict, config_to_toml, resolve_mo
 from trainer.config.validate import check_device_backends
 from trainer.data import SampleStream, build_dataset, build_tokenizer
 from trainer.data.identity import stream_identity
-from trainer.distributed import init_distributed, set_train_timeout
+from trainer.distributed import init_distributed, on_rank0, set_train_timeout
 from trainer.files import atomic_write
 from trainer.log import init_logging, logger
 from trainer.gpu_monitor import GpuSampler
@@ -64,16 +64,29 @@ def keep_launch_config(run_dir: Path, text: str) -> Path | None:
     if not first.exists():
         _atomic_write(first, text)
         return first
-    numbered = sorted((int(m.group(1)), p) for p in run_dir.iterdir()
-                      if (m := _LAUNCH_CONFIG.fullmatch(p.name)))
-    latest = numbered[-1][1] if numbered else first
+    number, latest = _latest_launch_config(run_dir)
     if latest.read_text() == text:
         return None
-    path = run_dir / f"config_{(numbered[-1][0] if numbered else 1) + 1:04d}.toml"
+    path = run_dir / f"config_{number + 1:04d}.toml"
     _atomic_write(path, text)
     logger.info(f"config: this launch's config differs from the earlier launch's {latest.name} "
                 f"(kept as it was); this launch's resolved config is {path}")
     return path
+
+
+def _latest_launch_config(run_dir: Path) -> tuple[int, Path]:
+    """(number, file) of the newest kept launch config; (1, config.toml) before any config_NNNN."""
+    numbered = sorted((int(m.group(1)), p) for p in run_dir.iterdir()
+                      if (m := _LAUNCH_CONFIG.fullmatch(p.name)))
+    return numbered[-1] if numbered else (1, run_dir / "config.toml")
+
+
+def record_launch_config(run_dir: Path, text: str) -> str:
+    """keep_launch_config, then the name of the file holding this launch's config (the one it wrote,
+    or the identical latest one): this launch's checkpoints record it (train.launch_config), so
+    scripts/convert_checkpoint.py reads the config a step was saved under without guessing."""
+    keep_launch_config(run_dir, text)
+    return _latest_launch_config(run_dir)[1].name
 
 
 def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, global_tokens: int) -> torch.Tensor:
@@ -181,10 +194,11 @@ class Trainer:
             self._warn_unused_checkpoints()
         # Steps after this one that earlier launches logged are logged again: their rows move aside.
         self.metrics.resumed_at(self.step)
-        if self.rank == 0:
-            # Recorded once the launch is accepted: a resume that the checkpoint refuses (another
-            # data stream, a bad step) leaves no config behind for a run that never trained.
-            keep_launch_config(self.run_dir, config_to_toml(cfg))
+        # Recorded once the launch is accepted: a resume that the checkpoint refuses (another data
+        # stream, a bad step) leaves no config behind for a run that never trained. Rank 0 writes
+        # it; every rank learns its file name, which this launch's checkpoints record.
+        self.launch_config = on_rank0(
+            lambda: record_launch_config(self.run_dir, config_to_toml(cfg)), self.rank)
         # Without checkpoints a preemption saves nothing, but every rank still stops after the same
         # step and says why, instead of being killed mid-step (scripts/train.sh, README).
         self.unsaved_preemption = None if cfg.checkpoint.enable else self.preemption

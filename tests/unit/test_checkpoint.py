@@ -81,7 +81,8 @@ def make_trainer(run_dir: Path, hidden: int = 16, seed: int = 0, data: dict | No
     return SimpleNamespace(cfg=cfg, run_dir=run_dir, model=model, optimizer=opt,
                            lr_scheduler=sched, stream=Stream(), step=0, tokens_seen=0,
                            data_identity=identity(**(data or {})),
-                           model_identity=model_identity(**(model_args or {})))
+                           model_identity=model_identity(**(model_args or {})),
+                           launch_config="config.toml")
 
 
 def train_step(t: SimpleNamespace) -> float:

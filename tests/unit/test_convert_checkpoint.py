@@ -455,3 +455,30 @@ def test_a_damaged_hugging_face_folder_is_one_line_naming_the_file(tmp_path, cap
     assert f"{absent / 'model.safetensors.index.json'} lists ['model-00002-of-00002.safetensors'], missing" in err
     whole = hf_folder("whole")
     assert convert.main(["from-hf", str(whole), str(tmp_path / "out"), "--config", "configs/debug.toml"]) == 0
+
+
+def test_the_checkpoint_records_its_launch_config_and_to_hf_uses_it_over_file_times(tmp_path, capsys):
+    """The modification-time rule above picks the wrong file once a copy of the run folder loses the
+    times (cp -r): checkpoints now record the file they were saved under."""
+    import os
+
+    from trainer.checkpoint_folders import read_metadata
+
+    train(tmp_path, "two", 2, "--checkpoint.enable", "--checkpoint.interval=2")
+    train(tmp_path, "two", 4, "--checkpoint.enable", "--checkpoint.interval=2", "--optimizer.lr=1e-3")
+    run = tmp_path / "two"
+    assert (run / "config_0002.toml").is_file()
+    ckpt = run / "checkpoint"
+    recorded = {s: convert.saved_launch_config(ckpt / s, read_metadata(ckpt / s))
+                for s in ("step-2", "step-4")}
+    assert recorded == {"step-2": "config.toml", "step-4": "config_0002.toml"}
+    # As after `cp -r`: every config is newer than every .metadata (copied in name order).
+    later = max((ckpt / s / ".metadata").stat().st_mtime for s in recorded) + 100
+    for i, name in enumerate(("config.toml", "config_0002.toml")):
+        os.utime(run / name, (later + i, later + i))
+    assert convert.launch_config_of(ckpt / "step-2") == run / "config_0002.toml"  # the old rule: wrong
+    capsys.readouterr()
+    assert convert.launch_config_of(ckpt / "step-2", recorded["step-2"]) == run / "config.toml"
+    assert "step-2 was saved under config.toml (recorded in the checkpoint" in capsys.readouterr().err
+    code, out = cli("to-hf", str(ckpt / "step-2"), str(tmp_path / "hf"))
+    assert code == 0 and "saved under config.toml (recorded in the checkpoint" in out, out

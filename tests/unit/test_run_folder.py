@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.trainer import keep_launch_config
+from trainer.trainer import keep_launch_config, record_launch_config
 
 
 def files(run: Path) -> dict[str, str]:
@@ -24,6 +24,16 @@ def test_every_launch_config_is_kept_in_launch_order(tmp_path):
     assert keep_launch_config(run, "A") == run / "config_0003.toml"
     assert files(run) == {"config.toml": "A", "config_0002.toml": "B", "config_0003.toml": "A"}
     assert sorted(files(run)) == ["config.toml", "config_0002.toml", "config_0003.toml"]
+
+
+def test_each_launch_learns_the_file_its_checkpoints_record(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert record_launch_config(run, "A") == "config.toml"
+    assert record_launch_config(run, "A") == "config.toml"  # identical relaunch: the same file
+    assert record_launch_config(run, "B") == "config_0002.toml"
+    assert record_launch_config(run, "B") == "config_0002.toml"
+    assert record_launch_config(run, "A") == "config_0003.toml"
 
 
 def test_a_relaunch_without_checkpointing_says_it_ignores_the_saved_steps(tmp_path, monkeypatch):
