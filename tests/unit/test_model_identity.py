@@ -40,6 +40,13 @@ def test_settings_that_keep_the_shapes_are_differences_backends_are_not():
     assert model_id.differences(saved, again) == []
 
 
+def test_kv_heads_left_to_default_equal_the_same_count_given():
+    """n_kv_heads = None means n_heads: a resume that spells it out builds the same model."""
+    saved = identity_of("--model.overrides.n_heads=8", "--model.overrides.n_kv_heads=none")
+    assert model_id.differences(saved, identity_of("--model.overrides.n_heads=8",
+                                                   "--model.overrides.n_kv_heads=8")) == []
+
+
 def test_a_field_one_side_lacks_is_not_compared():
     saved = identity_of()
     del saved["args"]["rope_theta"]  # a checkpoint from before the field existed

@@ -28,6 +28,8 @@ NOT_COMPARED = frozenset({"attention", "norm_backend", "moe_backend", "max_seq_l
 def model_identity(family: str, flavor: str, args: Any) -> dict[str, Any]:
     """The identity of the model a run builds: `args` is resolve_model_args(cfg) (a dataclass)."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
+    if values.get("n_kv_heads") is None and hasattr(args, "kv_heads"):
+        values["n_kv_heads"] = args.kv_heads  # None means n_heads: the same model as saying so
     return {"family": family, "flavor": flavor, "args": values}
 
 
