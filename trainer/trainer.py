@@ -138,7 +138,8 @@ class Trainer:
         self.grad_accum = gbs // (t.local_batch_size * self.dims.dp)
         self.global_tokens = gbs * t.seq_len
         # What a checkpoint records, so a resume can refuse to continue another stream.
-        self.data_identity = stream_identity(self.dataset, t.seq_len, gbs, cfg.run.seed)
+        self.data_identity = stream_identity(self.dataset, t.seq_len, gbs, cfg.run.seed,
+                                             cfg.data.dataset, cfg.data.tokenizer)
         if self.rank == 0:
             self._log_data_coverage(t.steps, gbs)
 

@@ -628,6 +628,19 @@ def test_refusal_names_every_difference_and_the_flags_that_restore_them(tmp_path
     assert "-1 means local_batch_size x data-parallel degree" in msg
 
 
+def test_the_refusal_hint_restores_the_saved_dataset_and_tokenizer():
+    """It said only 'run with the saved values' for these, showing fingerprints."""
+    from trainer.data import identity as stream_id
+
+    saved = {"dataset": "sha256:00aa", "tokenizer": "sha256:feed", "seq_len": 16,
+             "dataset_spec": "/data/my shards", "tokenizer_spec": "/tok/tokenizer.json"}
+    assert stream_id.resume_hint(saved, ["dataset", "tokenizer", "seq_len"]) == (
+        "--data.dataset='/data/my shards' --data.tokenizer=/tok/tokenizer.json --training.seq_len=16")
+    # A checkpoint from before the specs were recorded: the byte tokenizer is known by its fingerprint.
+    assert stream_id.resume_hint({"dataset": "sha256:00aa", "tokenizer": "bytes-v1"},
+                                 ["dataset", "tokenizer"]) == "--data.tokenizer=bytes"
+
+
 def test_allow_data_change_resumes_warns_and_records_the_new_stream(tmp_path):
     t, mgr = start(tmp_path, interval=2)
     run(t, 2, mgr)

@@ -15,6 +15,7 @@ version) is not compared, so adding a key later does not refuse every older chec
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 # Bump when stream.py orders windows differently (permutation, window layout): the same
@@ -37,8 +38,11 @@ def config_keys() -> str:
     return ", ".join(v for k, v in COMPARED.items() if k != "stream_version")
 
 
-def stream_identity(source: Any, seq_len: int, global_batch_size: int, seed: int) -> dict[str, Any]:
-    """The identity of the stream a run reads. `global_batch_size` in sequences, resolved (not -1)."""
+def stream_identity(source: Any, seq_len: int, global_batch_size: int, seed: int,
+                    dataset_spec: str | None = None, tokenizer_spec: str | None = None) -> dict[str, Any]:
+    """The identity of the stream a run reads. `global_batch_size` in sequences, resolved (not -1).
+    The specs (data.dataset, data.tokenizer as configured) only describe: a refused resume names the
+    flags that restore them."""
     if global_batch_size < 1:
         raise ValueError(f"stream_identity: global_batch_size must be resolved (>= 1), "
                          f"got {global_batch_size}")
@@ -51,6 +55,8 @@ def stream_identity(source: Any, seq_len: int, global_batch_size: int, seed: int
         "seq_len": int(seq_len),
         "global_batch_size": int(global_batch_size),
         "seed": int(seed),
+        **({"dataset_spec": dataset_spec} if dataset_spec is not None else {}),
+        **({"tokenizer_spec": tokenizer_spec} if tokenizer_spec is not None else {}),
     }
 
 
@@ -94,7 +100,19 @@ def describe(saved: dict[str, Any], current: dict[str, Any], keys: list[str],
 
 
 def resume_hint(saved: dict[str, Any], keys: list[str]) -> str:
-    """The command-line overrides that restore the saved values (where a value is a config value)."""
-    flags = [f"--{COMPARED[k]}={saved[k]}" for k in keys
-             if k in ("seq_len", "global_batch_size", "seed")]
+    """The command-line overrides that restore the saved values: config values, and the dataset and
+    tokenizer as the saving run configured them (checkpoints from before that record: the built-in
+    byte tokenizer only, which its fingerprint names)."""
+    flags = []
+    for k in keys:
+        if k in ("seq_len", "global_batch_size", "seed"):
+            value = saved[k]
+        elif k in ("dataset", "tokenizer") and f"{k}_spec" in saved:
+            value = saved[f"{k}_spec"]
+        elif k == "tokenizer" and saved.get("tokenizer") == "bytes-v1":
+            value = "bytes"
+        else:
+            continue
+        text = str(value)
+        flags.append(f"--{COMPARED[k]}={shlex.quote(text) if text else repr(text)}")
     return " ".join(flags)
