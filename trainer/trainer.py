@@ -191,6 +191,8 @@ class Trainer:
 
             self.checkpointer = CheckpointManager(self)
             self.checkpointer.load()
+            if self.rank == 0 and self.step == 0 and not cfg.checkpoint.initial_load_path:
+                self._warn_other_checkpoint_folders()
         elif self.rank == 0:
             self._warn_unused_checkpoints()
         # Steps after this one that earlier launches logged are logged again: their rows move aside.
@@ -233,6 +235,24 @@ class Trainer:
                 f"the earlier rows of metrics.jsonl move to metrics.superseded.jsonl. Set "
                 f"checkpoint.enable = true to resume "
                 f"from step {steps[-1]}, or use another run.name for a fresh run")
+
+    def _warn_other_checkpoint_folders(self) -> None:
+        """A relaunch with another checkpoint.folder starts over although the run folder holds
+        complete checkpoints in the old one (one level below the run folder, where the default
+        and most choices put them): say so, as for checkpoint.enable = false."""
+        from trainer.checkpoint_folders import complete_step_folders
+
+        mine = (self.run_dir / self.cfg.checkpoint.folder).resolve()
+        for folder in sorted(p for p in self.run_dir.iterdir() if p.is_dir() and p.resolve() != mine):
+            steps = [s for s, _ in complete_step_folders(folder, warn=False)]
+            if steps:
+                logger.warning(
+                    f"checkpoint.folder = {self.cfg.checkpoint.folder!r} holds no checkpoint, so this "
+                    f"run starts at step 0, but {folder} holds complete checkpoints of this run (steps "
+                    f"{', '.join(map(str, steps))}), which are not loaded; the earlier rows of "
+                    f"metrics.jsonl move to metrics.superseded.jsonl. Set checkpoint.folder = "
+                    f"{folder.name!r} to resume from step {steps[-1]}, or use another run.name for a "
+                    "fresh run")
 
     # ---- one optimizer step -------------------------------------------------------------------
     def _loss_context(self):

@@ -142,3 +142,17 @@ def test_config_warnings_are_log_lines_not_python_warnings(tmp_path, monkeypatch
                for m in logs.at(logging.WARNING))
     err = capsys.readouterr().err
     assert "UserWarning" not in err and "check_values(cfg)" not in err, err
+
+
+def test_a_relaunch_with_another_checkpoint_folder_says_where_the_checkpoints_are(tmp_path, monkeypatch, logs):
+    """It started over at step 0 with only an INFO line ('nothing to resume from')."""
+    import logging
+
+    ckpt = ("--checkpoint.enable=true", "--run.name=r")
+    assert launch(tmp_path, monkeypatch, *ckpt) == 0  # saves step-1 into r/checkpoint
+    assert not logs.at(logging.WARNING, "holds complete checkpoints")
+    assert launch(tmp_path, monkeypatch, *ckpt, "--checkpoint.folder=ckpt") == 0
+    (warning,) = logs.at(logging.WARNING, "holds complete checkpoints")
+    assert (f"checkpoint.folder = 'ckpt' holds no checkpoint, so this run starts at step 0, but "
+            f"{tmp_path / 'r' / 'checkpoint'} holds complete checkpoints of this run (steps 1)") in warning
+    assert "Set checkpoint.folder = 'checkpoint' to resume from step 1" in warning
