@@ -255,6 +255,10 @@ class CheckpointManager:
             if self.cfg.load_step >= 0:
                 return self._choose_load_step(self.cfg.load_step, complete)
             if complete:
+                if self.cfg.initial_load_path:  # the documented rule, said where it applies
+                    logger.info(f"checkpoint: resuming this run's own {complete[-1][1]}; "
+                                "checkpoint.initial_load_path applies only to a run's first start "
+                                f"and is not loaded ({self.cfg.initial_load_path})")
                 return str(complete[-1][1]), False, "resume"
         if self.cfg.initial_load_path:
             return str(self._resolve_initial(Path(self.cfg.initial_load_path).expanduser())), \

@@ -156,3 +156,8 @@ def test_a_relaunch_with_another_checkpoint_folder_says_where_the_checkpoints_ar
     assert (f"checkpoint.folder = 'ckpt' holds no checkpoint, so this run starts at step 0, but "
             f"{tmp_path / 'r' / 'checkpoint'} holds complete checkpoints of this run (steps 1)") in warning
     assert "Set checkpoint.folder = 'checkpoint' to resume from step 1" in warning
+    # A run with checkpoints of its own resumes them; an initial_load_path is then named as not loaded.
+    other = tmp_path / "r" / "ckpt"
+    assert launch(tmp_path, monkeypatch, *ckpt, f"--checkpoint.initial_load_path={other}") == 0
+    (info,) = logs.at(logging.INFO, "initial_load_path applies only")
+    assert info.startswith(f"checkpoint: resuming this run's own {tmp_path / 'r' / 'checkpoint' / 'step-1'}")
