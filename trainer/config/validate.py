@@ -136,6 +136,10 @@ def _shards_fit(cfg: JobConfig, tokenizer: Any) -> None:
     than one sample are one error here instead of one per rank after start-up."""
     if cfg.data.dataset == "embedded":  # built by rank 0 at start-up, from the tokenizer
         return
+    if "LOCAL_RANK" in os.environ:
+        # A rank under torchrun: its Trainer reads the same headers next; reading a corpus of
+        # thousands of shard headers twice on every rank is what this would add.
+        return
     from trainer.data.shards import TokenSource
 
     try:
