@@ -65,15 +65,15 @@ def dumps(identity: dict[str, Any]) -> str:
     return json.dumps(identity, sort_keys=True)
 
 
-def loads(text: Any, where: str) -> dict[str, Any]:
-    """Parse a stored identity; `where` names its file for the error."""
+def loads(text: Any, where: str, what: str = "data-stream identity") -> dict[str, Any]:
+    """Parse a stored identity (trainer/models/identity.py's too: `what` names it); `where` names its
+    file for the error."""
     try:
         identity = json.loads(text)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: the recorded data-stream identity is not valid JSON ({exc}): "
-                         f"{text!r:.200}") from exc
+        raise ValueError(f"{where}: the recorded {what} is not valid JSON ({exc}): {text!r:.200}") from exc
     if not isinstance(identity, dict):
-        raise ValueError(f"{where}: the recorded data-stream identity is not a JSON object: {text!r:.200}")
+        raise ValueError(f"{where}: the recorded {what} is not a JSON object: {text!r:.200}")
     return identity
 
 

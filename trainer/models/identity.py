@@ -15,8 +15,10 @@ resolves to are.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
+
+from trainer.data import identity as stream_id
+from trainer.data.identity import dumps  # noqa: F401 - the same stored form: one JSON string
 
 # Fields that may change on resume: kernel backends compute the same function (within rounding),
 # max_seq_len only sizes the RoPE table (positions below it are unchanged), and the MoE balancing
@@ -33,21 +35,11 @@ def model_identity(family: str, flavor: str, args: Any) -> dict[str, Any]:
     return {"family": family, "flavor": flavor, "args": values}
 
 
-def dumps(identity: dict[str, Any]) -> str:
-    """The form a checkpoint stores: one JSON string (a single bytes item in DCP)."""
-    return json.dumps(identity, sort_keys=True)
-
-
 def loads(text: Any, where: str) -> dict[str, Any]:
     """Parse a stored identity; `where` names its file for the error."""
-    try:
-        identity = json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: the recorded model settings are not valid JSON ({exc}): "
-                         f"{text!r:.200}") from exc
-    if not isinstance(identity, dict) or not isinstance(identity.get("args", {}), dict):
-        raise ValueError(f"{where}: the recorded model settings are not a JSON object with 'args': "
-                         f"{text!r:.200}")
+    identity = stream_id.loads(text, where, "model settings")
+    if not isinstance(identity.get("args", {}), dict):
+        raise ValueError(f"{where}: the recorded model settings have no 'args' object: {text!r:.200}")
     return identity
 
 
