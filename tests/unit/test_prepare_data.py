@@ -157,11 +157,7 @@ def test_a_text_column_of_another_type_is_one_line_and_leaves_no_folder(tmp_path
 
     import trainer.data.prepare as prep
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import prepare_data
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    prepare_data = _prepare_data_cli()
     ints = tmp_path / "ints.parquet"
     pq.write_table(pa.table({"text": list(range(20)), "n": list(range(20))}), ints, row_group_size=8)
     out = tmp_path / "out"
@@ -179,12 +175,18 @@ def test_a_text_column_of_another_type_is_one_line_and_leaves_no_folder(tmp_path
     assert not out.exists()
 
 
-def test_cli(tmp_path, capsys):
+def _prepare_data_cli():
+    """scripts/prepare_data.py as a module (scripts/ is not a package)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import prepare_data
     finally:
         sys.path.remove(str(ROOT / "scripts"))
+    return prepare_data
+
+
+def test_cli(tmp_path, capsys):
+    prepare_data = _prepare_data_cli()
     (tmp_path / "a.txt").write_text("hello world\n")
     (tmp_path / "b.txt").write_text("second document")
     rc = prepare_data.main(["--input", str(tmp_path / "*.txt"), "--output", str(tmp_path / "out"), "--workers", "1"])
@@ -202,11 +204,7 @@ def test_output_that_is_a_file_or_under_an_input_glob_is_refused(tmp_path, capsy
     error line naming it and a folder to use instead; the file is untouched and nothing is created.
     A glob that would match the shards written into --output is refused before it can feed them
     back in on the rerun that resumes."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import prepare_data
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    prepare_data = _prepare_data_cli()
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"text": "a document"}) + "\n")
     before = corpus.read_bytes()
@@ -244,11 +242,7 @@ def test_output_that_is_a_file_or_under_an_input_glob_is_refused(tmp_path, capsy
     ("blank.jsonl", '{"text": ""}\n', 1),
 ])
 def test_inputs_too_small_to_train_are_refused_and_leave_no_folder(tmp_path, capsys, name, content, tokens):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import prepare_data
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    prepare_data = _prepare_data_cli()
     src = tmp_path / name
     src.write_text(content)
     out = tmp_path / "out"
@@ -276,11 +270,7 @@ def test_too_few_tokens_into_an_existing_folder_keeps_what_was_there(tmp_path):
 
 def test_an_output_that_cannot_be_made_or_written_is_one_line(tmp_path, capsys):
     """mkdir's and the lock file's OSErrors were tracebacks: now one line naming --output and why."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import prepare_data
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    prepare_data = _prepare_data_cli()
     (tmp_path / "a.txt").write_text("a document")
     (tmp_path / "notes.md").write_text("mine")
     cases = [(tmp_path / "notes.md" / "x", "cannot create --output {}: Not a directory")]
@@ -435,11 +425,7 @@ def test_folder_with_a_unit_missing_is_refused(tmp_path):
 def test_mark_complete_for_folders_made_before_markers(tmp_path, capsys):
     from trainer.data.prepare import mark_complete
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import prepare_data
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    prepare_data = _prepare_data_cli()
     inputs, out = tiny_corpus(tmp_path / "in"), tmp_path / "out"
     prepare(inputs, out, workers=1, shard_tokens=20, unit_bytes=1, log=None)
     reference = json.loads((out / "COMPLETE.json").read_text())
@@ -466,11 +452,7 @@ def test_second_concurrent_run_is_refused_while_the_lock_is_held(tmp_path, capsy
     import os
     import socket
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import prepare_data
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    prepare_data = _prepare_data_cli()
     inputs, out = tiny_corpus(tmp_path / "in", n=2), tmp_path / "out"
     out.mkdir()
     busy = out / ".shard-000000-0000.bin.tmp-424242"  # the first run's file being written
