@@ -46,7 +46,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-
 def _inside_run_folder(v: str) -> bool:
     """A relative path that stays inside the run folder: a checkpoint folder elsewhere would be
     shared by every run that names it (a new run would resume another's state), outside the run
