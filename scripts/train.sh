@@ -81,7 +81,9 @@ if grep -q -- "--signals-to-handle" "$torch_dir/distributed/run.py" 2>/dev/null;
   ignored="USR1 INT"
   handled=(--signals-to-handle=SIGTERM,SIGHUP,SIGQUIT)
 fi
-( trap '' $ignored; exec "$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
+# TITANKIT_LAUNCHER_PID: torchrun's pid (this subshell's, which exec keeps), so that a rank started
+# after torchrun exited stops at once (trainer/preemption.py end_with_the_launcher).
+( trap '' $ignored; export TITANKIT_LAUNCHER_PID=$BASHPID; exec "$PYTHON" -m torch.distributed.run "${rdzv[@]}" --nproc_per_node="$NGPU" \
   "${handled[@]}" ${MAX_RESTARTS:+--max-restarts=$MAX_RESTARTS} \
   -m trainer.train --config "$CONFIG" "$@" ) &
 launcher=$!

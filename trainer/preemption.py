@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
@@ -125,3 +126,32 @@ def say_once_per_node(message: str) -> None:
     handler: the logging module takes locks the interrupted code may hold)."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
         os.write(2, f"[rank{os.environ.get('RANK', '0')}] {message}\n".encode())
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def end_with_the_launcher() -> None:
+    """Under torchrun on Linux: this rank is killed when its torchrun exits first.
+
+    torchrun normally outlives its ranks (it waits for them, or stops them, before it exits). But a
+    torchrun killed outright, or one stopped (scripts/train.sh's SIGTERM to a restart after a
+    preemption) while it was starting a new group, leaves ranks behind, reparented, in start-up:
+    waiting for the rest of a group that never comes until comm.init_timeout_seconds, holding their
+    GPUs. The kernel's parent-death signal ends them with it. A parent that is already gone before
+    the signal was set (scripts/train.sh names its torchrun's pid) ends this rank at once.
+    """
+    if not sys.platform.startswith("linux") or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl (another libc): nothing to do
+        return
+    launcher = os.environ.get("TITANKIT_LAUNCHER_PID", "")
+    if launcher.isdigit() and os.getppid() != int(launcher):
+        os.write(2, f"[rank{os.environ.get('RANK', '0')}] error: its torchrun (pid {launcher}) has "
+                    "exited; stopping\n".encode())
+        os._exit(1)

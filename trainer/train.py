@@ -13,8 +13,9 @@ INTERRUPTED = 128 + 2  # 128 + SIGINT, as a shell reports a command that Ctrl-C 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer.preemption import PreemptionWatcher
+    from trainer.preemption import PreemptionWatcher, end_with_the_launcher
 
+    end_with_the_launcher()
     # First: a preemption signal during start-up (model build, checkpoint load, wandb: minutes on a
     # large model) is kept for the first step instead of ignored (SIGUSR1 inherited as ignored from
     # scripts/train.sh) or fatal (SIGTERM's default). A Ctrl-C raises KeyboardInterrupt until the
