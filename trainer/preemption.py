@@ -121,11 +121,16 @@ class PreemptionWatcher:
         self._previous.clear()
 
 
+def _say(message: str) -> None:
+    """`[rankN] message` on stderr in one write (safe in a signal handler: the logging module takes
+    locks the interrupted code may hold)."""
+    os.write(2, f"[rank{os.environ.get('RANK', '0')}] {message}\n".encode())
+
+
 def say_once_per_node(message: str) -> None:
-    """`[rankN] message` on stderr from each node's first rank, in one write (safe in a signal
-    handler: the logging module takes locks the interrupted code may hold)."""
+    """_say from each node's first rank only."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
-        os.write(2, f"[rank{os.environ.get('RANK', '0')}] {message}\n".encode())
+        _say(message)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -152,6 +157,5 @@ def end_with_the_launcher() -> None:
         return
     launcher = os.environ.get("TITANKIT_LAUNCHER_PID", "")
     if launcher.isdigit() and os.getppid() != int(launcher):
-        os.write(2, f"[rank{os.environ.get('RANK', '0')}] error: its torchrun (pid {launcher}) has "
-                    "exited; stopping\n".encode())
+        _say(f"error: its torchrun (pid {launcher}) has exited; stopping")
         os._exit(1)

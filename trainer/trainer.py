@@ -224,34 +224,32 @@ class Trainer:
 
     def _warn_unused_checkpoints(self) -> None:
         """A relaunch that forgot checkpoint.enable would silently start over beside the saved steps."""
-        from trainer.checkpoint_folders import complete_step_folders
-
-        root = self.run_dir / self.cfg.checkpoint.folder
-        steps = [s for s, _ in complete_step_folders(root, warn=False)] if root.is_dir() else []
-        if steps:
-            logger.warning(
-                f"checkpoint.enable = false, but {root} holds complete checkpoints of this run (steps "
-                f"{', '.join(map(str, steps))}): they are not loaded, this run starts at step 0, and "
-                f"the earlier rows of metrics.jsonl move to metrics.superseded.jsonl. Set "
-                f"checkpoint.enable = true to resume "
-                f"from step {steps[-1]}, or use another run.name for a fresh run")
+        self._warn_not_loaded([self.run_dir / self.cfg.checkpoint.folder], "checkpoint.enable = false",
+                              lambda folder: "checkpoint.enable = true")
 
     def _warn_other_checkpoint_folders(self) -> None:
         """A relaunch with another checkpoint.folder starts over although the run folder holds
         complete checkpoints in the old one (one level below the run folder, where the default
         and most choices put them): say so, as for checkpoint.enable = false."""
+        mine = (self.run_dir / self.cfg.checkpoint.folder).resolve()
+        self._warn_not_loaded(
+            [p for p in self.run_dir.iterdir() if p.is_dir() and p.resolve() != mine],
+            f"checkpoint.folder = {self.cfg.checkpoint.folder!r} holds no checkpoint, so this run starts "
+            "at step 0", lambda folder: f"checkpoint.folder = {folder.name!r}")
+
+    def _warn_not_loaded(self, folders: list[Path], why: str, setting) -> None:
+        """One warning per folder of `folders` that holds complete checkpoints this launch ignores
+        (`why`), naming `setting(folder)` as what resumes from them."""
         from trainer.checkpoint_folders import complete_step_folders
 
-        mine = (self.run_dir / self.cfg.checkpoint.folder).resolve()
-        for folder in sorted(p for p in self.run_dir.iterdir() if p.is_dir() and p.resolve() != mine):
-            steps = [s for s, _ in complete_step_folders(folder, warn=False)]
+        for folder in sorted(folders):
+            steps = [s for s, _ in complete_step_folders(folder, warn=False)] if folder.is_dir() else []
             if steps:
                 logger.warning(
-                    f"checkpoint.folder = {self.cfg.checkpoint.folder!r} holds no checkpoint, so this "
-                    f"run starts at step 0, but {folder} holds complete checkpoints of this run (steps "
-                    f"{', '.join(map(str, steps))}), which are not loaded; the earlier rows of "
-                    f"metrics.jsonl move to metrics.superseded.jsonl. Set checkpoint.folder = "
-                    f"{folder.name!r} to resume from step {steps[-1]}, or use another run.name for a "
+                    f"{why}, but {folder} holds complete checkpoints of this run (steps "
+                    f"{', '.join(map(str, steps))}): they are not loaded, this run starts at step 0, and "
+                    f"the earlier rows of metrics.jsonl move to metrics.superseded.jsonl. Set "
+                    f"{setting(folder)} to resume from step {steps[-1]}, or use another run.name for a "
                     "fresh run")
 
     # ---- one optimizer step -------------------------------------------------------------------
