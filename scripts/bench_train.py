@@ -82,20 +82,50 @@ def read_toml(path: Path) -> dict:
         return tomllib.load(f)
 
 
+def _read_suite(path: str) -> list:
+    """The suite's [[variant]] tables; a ValueError naming the file for anything else."""
+    if not Path(path).is_file():
+        what = "a folder" if Path(path).is_dir() else "no such file"
+        raise ValueError(f"--suite {path}: {what}; give a TOML file of [[variant]] tables "
+                         "(e.g. scripts/bench_suites/h200_x2_fsdp.toml)")
+    try:
+        data = read_toml(Path(path))
+    except ValueError as exc:  # tomllib.TOMLDecodeError: the message holds line and column
+        raise ValueError(f"--suite {path}: not valid TOML ({exc})") from None
+    tables = data.get("variant")
+    if not isinstance(tables, list) or not tables or not all(isinstance(v, dict) for v in tables):
+        raise ValueError(f"{path}: no [[variant]] tables (each needs name and config, e.g. "
+                         '[[variant]] name = "fsdp" config = "configs/debug.toml")')
+    return tables
+
+
 def load_suite(path: str) -> list[Variant]:
-    data = read_toml(Path(path))
     out = []
-    for i, v in enumerate(data.get("variant", [])):
+    for i, v in enumerate(_read_suite(path)):
         unknown = set(v) - {"name", "config", "overrides", "ngpu", "group", "env"}
-        if unknown or "name" not in v or "config" not in v:
-            raise ValueError(f"{path}: variant #{i + 1} needs name and config; unknown keys {sorted(unknown)}")
+        if unknown or not isinstance(v.get("name"), str) or not isinstance(v.get("config"), str):
+            raise ValueError(f"{path}: variant #{i + 1} needs name and config (strings); "
+                             f"unknown keys {sorted(unknown)}")
+        where = f"{path}: variant {v['name']!r}"
         env = v.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(x, str) for kv in env.items() for x in kv):
-            raise ValueError(f"{path}: variant {v['name']!r}: env must be a table of strings, "
+            raise ValueError(f"{where}: env must be a table of strings, "
                              'e.g. env = {PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"}')
+        # A list only: a string would go to the trainer one character at a time, and splitting it
+        # here would be a second quoting rule next to TOML's own.
+        over = v.get("overrides", [])
+        if not isinstance(over, list) or not all(isinstance(x, str) for x in over):
+            raise ValueError(f"{where}: overrides must be a list of strings, e.g. "
+                             f'overrides = ["--training.seq_len=128"], got {over!r}')
+        ngpu = v.get("ngpu", 0)
+        if type(ngpu) is not int or ngpu < 1 and "ngpu" in v:  # bool is not an int here
+            raise ValueError(f"{where}: ngpu must be an integer >= 1, got {ngpu!r}")
         out.append(Variant(**v))
-    if not out:
-        raise ValueError(f"{path}: no [[variant]] tables")
+    names = [v.name for v in out]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"{path}: {names.count(name)} variants are named {name!r}; each name must "
+                             "be unique (it names the variant's row, log and run folder)")
     stems: dict[str, str] = {}
     for v in out:  # each variant's log, profile and run folder are named by it
         other = stems.setdefault(file_stem(v.name), v.name)
@@ -359,8 +389,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--profile needs --out (summaries go next to the logs) and --profile-steps >= 1")
     if args.traces and not args.profile:
         ap.error("--traces only makes sense with --profile")
-    variants = load_suite(args.suite) if args.suite else [
-        Variant(name=Path(args.config).stem, config=args.config)]
+    try:
+        variants = load_suite(args.suite) if args.suite else [
+            Variant(name=Path(args.config).stem, config=args.config)]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.only is not None:
         try:
             pattern = re.compile(args.only)

@@ -169,3 +169,38 @@ def test_batch_cell_shows_gradient_accumulation():
     assert bench._batch(r, 4) == "1 x 4 accum"  # dp = 4 / tp 2
     r["training"]["global_batch_size"] = -1
     assert bench._batch(r, 2) == "1"
+
+
+def _suite(tmp_path, text: str) -> str:
+    path = tmp_path / "suite.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[[variant]]\nname = "x"\nconfig = "configs/debug.toml"\n\n'
+     '[[variant]]\nname = "x"\nconfig = "configs/debug.toml"\noverrides = ["--training.seq_len=128"]\n',
+     "2 variants are named 'x'; each name must be unique"),
+    ('[[variant]]\nname = "x"\nconfig = "configs/debug.toml"\noverrides = "--training.seq_len=128"\n',
+     "variant 'x': overrides must be a list of strings, e.g. overrides = [\"--training.seq_len=128\"]"),
+    ('[[variant]]\nname = "x"\nconfig = "configs/debug.toml"\nngpu = 0\n',
+     "variant 'x': ngpu must be an integer >= 1, got 0"),
+    ('[[variant]\nname = "x"\n', "not valid TOML"),
+    ('name = "x"\n', "no [[variant]] tables"),
+])
+def test_a_bad_suite_is_one_line_naming_the_file_before_anything_runs(tmp_path, monkeypatch, capsys, text,
+                                                                     message):
+    path = _suite(tmp_path, text)
+    monkeypatch.setattr(bench, "run_variant", lambda *a, **k: pytest.fail("launched a variant"))
+    assert bench.main(["--suite", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}") or err.startswith(f"error: --suite {path}"), err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_a_missing_suite_or_a_folder_is_one_line(tmp_path, capsys):
+    assert bench.main(["--suite", str(tmp_path / "nope.toml")]) == 2
+    assert capsys.readouterr().err == (f"error: --suite {tmp_path / 'nope.toml'}: no such file; give a TOML "
+                                       "file of [[variant]] tables (e.g. scripts/bench_suites/h200_x2_fsdp.toml)\n")
+    assert bench.main(["--suite", str(tmp_path)]) == 2
+    assert f"error: --suite {tmp_path}: a folder;" in capsys.readouterr().err
