@@ -364,29 +364,77 @@ def environment() -> str:
     return ", ".join(parts)
 
 
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+# Keys this script sets on every launch (see train_argv): a user's value would be silently replaced.
+RESERVED = {"training.steps": "use --warmup and --steps",
+            "metrics.log_freq": "every step is logged: the measurement needs each one",
+            "checkpoint.enable": "a benchmark saves no checkpoint",
+            "run.name": "the run is named after the variant",
+            "run.dump_folder": "run folders go to $TMPDIR/titankit_bench_*; --out keeps the logs",
+            "profiling.enable_profiling": "use --profile",
+            "profiling.profile_start_step": "--profile traces the steps after the measured ones",
+            "profiling.profile_steps": "use --profile-steps"}
+
+
+def reserved_override(overrides: list[str]) -> str | None:
+    """The first `--section.key[=value]` that bench_train sets itself, as an error message."""
+    for arg in overrides:
+        key = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
+        if key in RESERVED:
+            return f"{arg}: bench_train sets {key} itself ({RESERVED[key]})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  allow_abbrev=False)  # unknown --section.key=value are overrides
     ap.add_argument("--suite", help="TOML file of [[variant]] tables")
     ap.add_argument("--config", help="a single config instead of a suite")
-    ap.add_argument("--ngpu", type=int, default=0, help="processes per variant (default: all GPUs or 2)")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=20, help="measured steps after warm-up")
+    ap.add_argument("--ngpu", type=_int_at_least(0), default=0,
+                    help="processes per variant (default: all GPUs or 2)")
+    ap.add_argument("--warmup", type=_int_at_least(0), default=5)
+    ap.add_argument("--steps", type=_int_at_least(1), default=20, help="measured steps after warm-up")
     ap.add_argument("--out", help="write the markdown table (and logs beside it) here")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per variant")
+    ap.add_argument("--timeout", type=_positive_float, default=1800, help="seconds per variant")
     ap.add_argument("--profile", action="store_true",
                     help="profile --profile-steps extra steps after the measured ones; needs --out")
-    ap.add_argument("--profile-steps", type=int, default=3, help="steps traced with --profile")
+    ap.add_argument("--profile-steps", type=_int_at_least(1), default=3, help="steps traced with --profile")
     ap.add_argument("--traces", help="with --profile: keep each variant's Chrome traces in this folder")
     ap.add_argument("--only", metavar="REGEX",
                     help="run only the suite's variants whose name matches (re.search), e.g. 'local batch 4'")
     args, overrides = ap.parse_known_args(argv)
     if bool(args.suite) == bool(args.config):
         ap.error("give exactly one of --suite or --config")
-    if args.warmup < 0 or args.steps < 1:
-        ap.error("--warmup must be >= 0 and --steps >= 1")
-    if args.profile and (not args.out or args.profile_steps < 1):
-        ap.error("--profile needs --out (summaries go next to the logs) and --profile-steps >= 1")
+    if args.profile and not args.out:
+        ap.error("--profile needs --out (summaries go next to the logs)")
+    if args.out and (Path(args.out).is_dir() or Path(args.out).with_suffix("") == Path(args.out)):
+        ap.error(f"--out {args.out}: give a file name with a suffix, e.g. {args.out.rstrip('/')}.md "
+                 "(the table goes there, the logs into the folder of the same name without it)")
+    if args.out and Path(args.out).exists() and not os.access(args.out, os.W_OK):
+        ap.error(f"--out {args.out}: not writable")
+    if bad := reserved_override(overrides):
+        ap.error(bad)
     if args.traces and not args.profile:
         ap.error("--traces only makes sense with --profile")
     try:
@@ -395,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for v in variants:
+        if bad := reserved_override(v.overrides):
+            print(f"error: {args.suite}: variant {v.name!r}: {bad}", file=sys.stderr)
+            return 2
     if args.only is not None:
         try:
             pattern = re.compile(args.only)
@@ -410,7 +462,12 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = None
     if args.out:
         log_dir = Path(args.out).with_suffix("")
-        log_dir.mkdir(parents=True, exist_ok=True)
+        try:  # before anything trains: a table that cannot be written loses the whole run
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with open(args.out, "a"):
+                pass
+        except OSError as exc:
+            ap.error(f"--out {args.out}: cannot write it ({exc.strerror})")
     trace_dir = Path(args.traces) if args.traces else None
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)

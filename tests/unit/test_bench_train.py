@@ -204,3 +204,44 @@ def test_a_missing_suite_or_a_folder_is_one_line(tmp_path, capsys):
                                        "file of [[variant]] tables (e.g. scripts/bench_suites/h200_x2_fsdp.toml)\n")
     assert bench.main(["--suite", str(tmp_path)]) == 2
     assert f"error: --suite {tmp_path}: a folder;" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ngpu", "-1"], "argument --ngpu: must be an integer >= 0, got '-1'"),
+    (["--steps", "0"], "argument --steps: must be an integer >= 1, got '0'"),
+    (["--warmup", "x"], "argument --warmup: must be an integer >= 0, got 'x'"),
+    (["--timeout", "0"], "argument --timeout: must be a number of seconds > 0, got '0'"),
+    (["--training.steps=300"], "--training.steps=300: bench_train sets training.steps itself (use --warmup "
+                               "and --steps)"),
+    (["--checkpoint.enable"], "--checkpoint.enable: bench_train sets checkpoint.enable itself"),
+    (["--metrics.log_freq", "5"], "--metrics.log_freq: bench_train sets metrics.log_freq itself"),
+    (["--run.name=x"], "--run.name=x: bench_train sets run.name itself"),
+    (["--run.dump_folder=/x"], "--run.dump_folder=/x: bench_train sets run.dump_folder itself"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(monkeypatch, capsys, args, message):
+    monkeypatch.setattr(bench, "run_variant", lambda *a, **k: pytest.fail("launched a variant"))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--config", "configs/debug.toml", *args])
+    assert exc.value.code == 2
+    assert f"error: {message}" in capsys.readouterr().err
+
+
+def test_a_reserved_key_in_a_suite_names_the_file_and_variant(tmp_path, monkeypatch, capsys):
+    path = _suite(tmp_path, '[[variant]]\nname = "x"\nconfig = "configs/debug.toml"\n'
+                            'overrides = ["--profiling.profile_steps=9"]\n')
+    monkeypatch.setattr(bench, "run_variant", lambda *a, **k: pytest.fail("launched a variant"))
+    assert bench.main(["--suite", path]) == 2
+    assert capsys.readouterr().err == (f"error: {path}: variant 'x': --profiling.profile_steps=9: bench_train "
+                                       "sets profiling.profile_steps itself (use --profile-steps)\n")
+
+
+def test_out_that_is_a_folder_or_has_no_suffix_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "run_variant", lambda *a, **k: pytest.fail("launched a variant"))
+    for out in (tmp_path, tmp_path / "report"):
+        with pytest.raises(SystemExit):
+            bench.main(["--config", "configs/debug.toml", "--out", str(out)])
+        assert f"error: --out {out}: give a file name with a suffix, e.g. {out}.md" in capsys.readouterr().err
+    (tmp_path / "f.md").write_text("")
+    with pytest.raises(SystemExit):  # its folder cannot be made: a file is in the way
+        bench.main(["--config", "configs/debug.toml", "--out", str(tmp_path / "f.md" / "r.md")])
+    assert "cannot write it" in capsys.readouterr().err
