@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # launch_group, also when this file is loaded from elsewhere
 
+from compare_losses import error_lines  # noqa: E402
 from launch_group import run_group  # noqa: E402
 
 
@@ -153,17 +154,31 @@ def file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "variant"
 
 
+def train_argv(v: Variant, warmup: int, steps: int, profile_steps: int, workdir: Path) -> list[str]:
+    """The trainer's arguments for one variant; the config check and the launch use the same list."""
+    argv = ["--config", v.config, *v.overrides, f"--training.steps={warmup + steps + profile_steps}",
+            "--metrics.log_freq=1", "--checkpoint.enable=false", f"--run.dump_folder={workdir}",
+            f"--run.name={file_stem(v.name)}"]
+    return argv + (profile_overrides(warmup, steps, profile_steps) if profile_steps else [])
+
+
+def check_variant(v: Variant, argv: list[str], where: str) -> None:
+    """Every check `trainer.train` runs before its process group starts, here in this process, so a
+    typo in the last variant fails in seconds, not after the others have trained."""
+    from trainer.config import ConfigError, load_config, validate_config
+
+    try:
+        validate_config(load_config(argv), v.ngpu or _default_ngpu())
+    except (ConfigError, ValueError) as exc:
+        raise ValueError(f"{where}variant {v.name!r}: {exc}") from None
+
+
 def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Path | None,
                 timeout: float, profile_steps: int = 0, trace_dir: Path | None = None) -> Result:
     ngpu = v.ngpu or _default_ngpu()
-    total = warmup + steps + profile_steps
     run_name = file_stem(v.name)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ngpu}",
-           "-m", "trainer.train", "--config", v.config, *v.overrides,
-           f"--training.steps={total}", "--metrics.log_freq=1", "--checkpoint.enable=false",
-           f"--run.dump_folder={workdir}", f"--run.name={run_name}"]
-    if profile_steps:
-        cmd += profile_overrides(warmup, steps, profile_steps)
+           "-m", "trainer.train", *train_argv(v, warmup, steps, profile_steps, workdir)]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     env.update(v.env)
@@ -228,6 +243,11 @@ def _keep_profile(run_dir: Path, run_name: str, log_dir: Path | None, trace_dir:
 
 
 def _last_error(log: str) -> str:
+    # The trainer's own `error:` line or a traceback's last line; torchrun's ChildFailedError, which
+    # ends every failed log, only says that a rank failed.
+    found = error_lines(log, limit=1)
+    if found and "\ntimed out after" not in log:
+        return found[-1][:200]
     lines = [ln for ln in log.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if "Error" in ln or "error:" in ln or "timed out" in ln:
@@ -459,6 +479,14 @@ def main(argv: list[str] | None = None) -> int:
     for v in variants:
         v.ngpu = v.ngpu or args.ngpu
         v.overrides = [*v.overrides, *overrides]
+    try:  # all of them, before any trains
+        for v in variants:
+            # The run folder is not checked (nothing is written); its real path comes below.
+            check_variant(v, train_argv(v, args.warmup, args.steps, args.profile_steps if args.profile else 0,
+                                        Path("unused")), f"{args.suite}: " if args.suite else "")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     log_dir = None
     if args.out:
         log_dir = Path(args.out).with_suffix("")

@@ -134,7 +134,7 @@ def test_variant_files_are_named_without_commas_and_names_that_collide_are_refus
 
 def test_only_runs_the_matching_variants_and_says_which_exist(tmp_path, monkeypatch, capsys):
     suite = tmp_path / "s.toml"
-    suite.write_text("".join(f'[[variant]]\nname = "{n}"\nconfig = "c.toml"\n\n'
+    suite.write_text("".join(f'[[variant]]\nname = "{n}"\nconfig = "configs/debug.toml"\n\n'
                              for n in ("70B local batch 2, 8 layers", "70B local batch 4, 4 layers")))
     ran = []
     monkeypatch.setattr(bench, "run_variant", lambda v, *a, **k: ran.append(v.name) or bench.Result(v, ok=False))
@@ -245,3 +245,24 @@ def test_out_that_is_a_folder_or_has_no_suffix_is_refused_before_training(tmp_pa
     with pytest.raises(SystemExit):  # its folder cannot be made: a file is in the way
         bench.main(["--config", "configs/debug.toml", "--out", str(tmp_path / "f.md" / "r.md")])
     assert "cannot write it" in capsys.readouterr().err
+
+
+def test_a_bad_override_in_any_variant_is_refused_before_the_first_trains(tmp_path, monkeypatch, capsys):
+    path = _suite(tmp_path, '[[variant]]\nname = "ok"\nconfig = "configs/debug.toml"\n\n'
+                            '[[variant]]\nname = "typo"\nconfig = "configs/debug.toml"\n')
+    monkeypatch.setattr(bench, "run_variant", lambda *a, **k: pytest.fail("launched a variant"))
+    assert bench.main(["--suite", path, "--ngpu", "2", "--training.stepz=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: variant 'ok': ") and err.count("\n") == 1, err
+    assert "unknown key training.stepz; did you mean training.steps?" in err
+
+
+def test_a_failed_row_shows_the_trainers_error_line_not_torchruns(tmp_path, monkeypatch):
+    log = ("error: command line: unknown key training.stepz; did you mean training.steps?\n"
+           "Traceback (most recent call last):\n  File \"run.py\", line 1\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    monkeypatch.setattr(bench, "run_group", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", log))
+    res = bench.run_variant(bench.Variant("x", "configs/debug.toml", ngpu=2), 1, 1, tmp_path, tmp_path, 10.0)
+    assert res.error == "error: command line: unknown key training.stepz; did you mean training.steps?"
+    row = bench.table([res]).splitlines()[-1]
+    assert row.startswith("| x | failed: error: command line: unknown key training.stepz;")
