@@ -13,7 +13,9 @@ CUDA the last column is rank 0's mean SM clock and power draw over those steps (
 slower row from a throttled GPU.
 Variants with group = "70b-layers" and overrides setting model.overrides.n_layers to two depths
 give the per-layer extrapolation of ANCHORS.md section 3 to 80 layers, printed as an estimate.
-Arguments the script does not know (--section.key=value) are config overrides, added to every variant.
+Arguments the script does not know (--section.key=value) are config overrides, added to every variant;
+the keys the script sets itself (training.steps, metrics.log_freq, checkpoint.enable, run.*, the
+profiling steps) are refused. Every variant's config and overrides are checked before the first runs.
 --only REGEX runs the variants whose name matches (a suite too long for one sitting, in parts).
 The run folders, and the logs when there is no --out, stay in $TMPDIR/titankit_bench_* (/tmp
 by default), named at the start.
