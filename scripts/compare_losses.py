@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -99,83 +100,218 @@ def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, 
     return read_metrics(folder / name / "metrics.jsonl")
 
 
-def read_metrics(path: Path) -> list[dict]:
+def _metrics_file(path: Path) -> Path:
+    """A run's metrics.jsonl, or a run folder holding one (what `--run.dump_folder/--run.name` made)."""
+    if path.is_dir():
+        if (path / "metrics.jsonl").is_file():
+            return path / "metrics.jsonl"
+        raise FileNotFoundError(f"{path}: a folder without metrics.jsonl (give a run's metrics.jsonl "
+                                "or the run folder holding it)")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such metrics file (a run's metrics.jsonl)")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        raise FileNotFoundError(f"{path}: no such file (give a run's metrics.jsonl or its run folder)")
+    return path
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows with a loss. A torn last line (a run killed mid-write; the trainer tolerates it too) is
+    skipped with a warning; a bad line before the last one is a ValueError naming FILE:LINE."""
+    path = _metrics_file(Path(path))
+    lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
+    if not lines:
+        raise ValueError(f"{path}: empty file (no metrics rows)")
+    rows = []
+    for n, line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if n == lines[-1][0]:
+                print(f"warning: {path}:{n}: torn last line skipped ({exc.msg}; a run stopped "
+                      "mid-write)", file=sys.stderr)
+                continue
+            raise ValueError(f"{path}:{n}: not a JSON row ({exc.msg}); only a torn last line is "
+                             "skipped") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{n}: not a JSON object row")
+        rows.append(row)
     rows = [r for r in rows if "loss_metrics/global_avg_loss" in r]
     if not rows:
         raise ValueError(f"{path}: no row with loss_metrics/global_avg_loss")
     return rows
 
 
+def _loss(row: dict) -> float:
+    # The trainer writes a non-finite loss as null; NaN keeps it out of every "match" below.
+    v = row["loss_metrics/global_avg_loss"]
+    return float("nan") if v is None else float(v)
+
+
+def _rel(a: float, b: float) -> float:
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf  # a diverged run never matches, and max() would drop a NaN
+    if a == 0:
+        return 0.0 if b == 0 else math.inf
+    return abs(b - a) / abs(a)
+
+
 def compare(a: list[dict], b: list[dict]) -> dict:
-    """Per-step relative difference |b - a| / |a| of the global average loss."""
-    la = {r["step"]: r["loss_metrics/global_avg_loss"] for r in a}
-    lb = {r["step"]: r["loss_metrics/global_avg_loss"] for r in b}
+    """Per-step relative difference |b - a| / |a| of the global average loss; a step where either loss
+    is null, NaN or inf counts as infinitely different, and the first such step is `diverged_step`."""
+    la = {r["step"]: _loss(r) for r in a}
+    lb = {r["step"]: _loss(r) for r in b}
     steps = sorted(set(la) & set(lb))
     if not steps:
-        raise ValueError("the two runs logged no common step")
-    rel = {s: abs(lb[s] - la[s]) / abs(la[s]) for s in steps}
+        raise ValueError(f"the two runs logged no common step (A: {_span(la)}, B: {_span(lb)})")
+    rel = {s: _rel(la[s], lb[s]) for s in steps}
+    bad = [s for s in steps if not (math.isfinite(la[s]) and math.isfinite(lb[s]))]
     tail = steps[-max(1, len(steps) // 10):]
     return {"steps": steps, "a": la, "b": lb, "rel": rel, "max_rel": max(rel.values()),
-            "max_rel_step": max(rel, key=rel.get),
+            "max_rel_step": max(rel, key=rel.get),  # the first step of the largest, so the first inf
+            "diverged_step": bad[0] if bad else None,
+            "steps_a": sorted(la), "steps_b": sorted(lb),
             "tail_mean_rel": sum(rel[s] for s in tail) / len(tail),
             "tail_mean_a": sum(la[s] for s in tail) / len(tail),
             "tail_mean_b": sum(lb[s] for s in tail) / len(tail)}
 
 
+def _span(steps) -> str:
+    steps = sorted(steps)
+    return f"steps {steps[0]}-{steps[-1]} ({len(steps)} rows)" if steps else "no steps"
+
+
 def steady_tps(rows: list[dict], skip: int) -> float:
+    """Tokens/s weighted by each step's time, after `skip` steps (all if none is left); NaN when no row
+    has the timing (a hand-made or trimmed file), which the report shows as n/a."""
+    rows = [r for r in rows if "throughput(tps)" in r and "time_metrics/end_to_end(s)" in r]
     st = [r for r in rows if r["step"] > skip] or rows
     wall = sum(r["time_metrics/end_to_end(s)"] for r in st)
+    if not wall:
+        return math.nan
     return sum(r["throughput(tps)"] * r["time_metrics/end_to_end(s)"] for r in st) / wall
 
 
-def report(c: dict, label_a: str, label_b: str, tps_a: float, tps_b: float) -> str:
+def report(c: dict, label_a: str, label_b: str, tps_a: float, tps_b: float,
+           tps_what: str = "after warm-up") -> str:
     steps = c["steps"]
-    shown = sorted({steps[0], *steps[:: max(1, len(steps) // 8)], steps[-1]})
-    lines = [f"| step | {label_a} | {label_b} | rel. diff |", "|---|---|---|---|"]
+    bad = c.get("diverged_step")
+    shown = sorted({steps[0], *steps[:: max(1, len(steps) // 8)], steps[-1], *([bad] if bad else [])})
+    lines = []
+    if "steps_a" in c:
+        lines += [f"{label_a}: {_span(c['steps_a'])}, {label_b}: {_span(c['steps_b'])}; compared: "
+                  f"{_span(steps)}"]
+        if c["steps_a"] != c["steps_b"]:
+            lines += [f"warning: the runs logged different steps: only the common ones are compared "
+                      "(and runs of different lengths have different lr schedules)"]
+        lines += [""]
+    if bad is not None:
+        lines += [f"DIVERGED at step {bad} (the first step with a null, NaN or inf loss): "
+                  f"{label_a} {c['a'][bad]}, {label_b} {c['b'][bad]}", ""]
+    lines += [f"| step | {label_a} | {label_b} | rel. diff |", "|---|---|---|---|"]
     lines += [f"| {s} | {c['a'][s]:.4f} | {c['b'][s]:.4f} | {c['rel'][s]:.2e} |" for s in shown]
     lines += ["", f"max relative difference {c['max_rel']:.2e} (step {c['max_rel_step']}); mean over the "
               f"last {max(1, len(steps) // 10)} steps: {c['tail_mean_a']:.4f} vs {c['tail_mean_b']:.4f}, "
               f"relative difference of the curves {c['tail_mean_rel']:.2e}",
-              f"tokens/s/GPU after warm-up: {label_a} {tps_a:,.0f}, {label_b} {tps_b:,.0f}"]
+              f"tokens/s/GPU {tps_what}: {label_a} {_tps(tps_a)}, {label_b} {_tps(tps_b)}"]
     return "\n".join(lines)
+
+
+def _tps(v: float) -> str:
+    return "n/a" if math.isnan(v) else f"{v:,.0f}"
+
+
+def _report_runs(c: dict, a: list[dict], b: list[dict], warmup: int) -> str:
+    """The report, tokens/s over the compared steps only (a 10-step run against the first 3 steps of a
+    longer one, not its whole length), said plainly when --warmup leaves no steady step."""
+    common = set(c["steps"])
+    a, b = ([r for r in rows if r["step"] in common] for rows in (a, b))
+    what = "after warm-up"
+    if not any(s > warmup for s in common):
+        what = f"over all compared steps (--warmup {warmup} leaves no step after warm-up)"
+        print(f"warning: --warmup {warmup} leaves no compared step after warm-up (last step "
+              f"{max(common)}): tokens/s are over all steps, warm-up included", file=sys.stderr)
+    return report(c, "A", "B", steady_tps(a, warmup), steady_tps(b, warmup), what)
+
+
+def _write_out(out: str, text: str) -> None:
+    path = Path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    except OSError as exc:
+        raise ValueError(f"--out {out}: cannot write the report ({exc.strerror or exc})") from None
+
+
+# Keys every run gets from compare_losses itself (train_argv): an override of one would be replaced
+# without a word, so it is refused, pointing at the flag that sets it (None: nothing to set).
+_OWN_KEYS = {"training.steps": "--steps", "checkpoint.enable": None, "metrics.log_freq": None,
+             "run.name": None, "run.dump_folder": None}
+_TRAIN_ONLY = ("config", "steps", "ngpu", "a", "b", "common", "timeout")  # defaults None: unset
+_DEFAULTS = {"steps": 50, "ngpu": 0, "a": "", "b": "", "common": "", "timeout": 3600.0}
+
+
+def parse_overrides(flag: str, text: str) -> list[str]:
+    """One of --a/--b/--common split like a shell would; ValueError naming the flag."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"{flag}={text!r}: {exc} (one shell-quoted string of overrides)") from None
+    for tok in tokens:
+        key = tok.removeprefix("--").split("=", 1)[0]
+        if tok.startswith("--") and key in _OWN_KEYS:
+            use = _OWN_KEYS[key]
+            raise ValueError(f"{flag} sets --{key}, which compare_losses sets itself for both runs"
+                             + (f": use {use}" if use else " (leave it out)"))
+    return tokens
+
+
+def _files_mode(args) -> int:
+    a, b = (read_metrics(Path(f)) for f in args.files)
+    text = f"A: `{args.files[0]}`, B: `{args.files[1]}`\n\n" + _report_runs(compare(a, b), a, b, args.warmup)
+    print(text)
+    if args.out:
+        _write_out(args.out, text)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="the TOML config both runs train (not with --files)")
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--ngpu", type=int, default=0, help="processes per run (default: all GPUs or 2)")
-    ap.add_argument("--a", default="", help="overrides of run A, one shell-quoted string")
-    ap.add_argument("--b", default="", help="overrides of run B")
-    ap.add_argument("--common", default="", help="overrides of both runs")
+    ap.add_argument("--steps", type=int, help="steps of each run (default 50)")
+    ap.add_argument("--ngpu", type=int, help="processes per run (default: all GPUs or 2)")
+    ap.add_argument("--a", help="overrides of run A, one shell-quoted string")
+    ap.add_argument("--b", help="overrides of run B")
+    ap.add_argument("--common", help="overrides of both runs")
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput figure")
-    ap.add_argument("--out", help="also write the report here")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per run")
-    ap.add_argument("--files", nargs=2, metavar=("A_JSONL", "B_JSONL"),
-                    help="compare two existing metrics.jsonl files instead of training (runs of "
-                         "different lengths are compared on their common steps)")
+    ap.add_argument("--out", help="also write the report here (its folder is created)")
+    ap.add_argument("--timeout", type=float, help="seconds per run (default 3600)")
+    ap.add_argument("--files", nargs=2, metavar=("A", "B"),
+                    help="compare two existing runs instead of training: each a metrics.jsonl or the "
+                         "run folder holding it (runs of different lengths are compared on their "
+                         "common steps); only --warmup and --out go with it")
     args = ap.parse_args(argv)
     if args.files:
-        a, b = (read_metrics(Path(f)) for f in args.files)
-        text = (f"A: `{args.files[0]}`, B: `{args.files[1]}`\n\n"
-                + report(compare(a, b), "A", "B", steady_tps(a, args.warmup), steady_tps(b, args.warmup)))
-        print(text)
-        if args.out:
-            Path(args.out).write_text(text + "\n")
-        return 0
+        ignored = [f"--{k}" for k in _TRAIN_ONLY if getattr(args, k) is not None]
+        if ignored:
+            print(f"error: {', '.join(ignored)} train runs; --files compares saved ones (leave "
+                  f"{'it' if len(ignored) == 1 else 'them'} out)", file=sys.stderr)
+            return 2
+        try:
+            return _files_mode(args)
+        except (ValueError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if not args.config:
         ap.error("--config is required unless --files compares saved runs")
+    for k, v in _DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     ngpu = args.ngpu
     if ngpu <= 0:
         import torch
 
         ngpu = torch.cuda.device_count() or 2
-    common = shlex.split(args.common)
-    over = {"a": common + shlex.split(args.a), "b": common + shlex.split(args.b)}
     try:
+        common = parse_overrides("--common", args.common)
+        over = {"a": common + parse_overrides("--a", args.a), "b": common + parse_overrides("--b", args.b)}
         for name, overrides in over.items():  # both, before either trains
             # The run folder is not checked (nothing is written); its real path comes below.
             check_config(name, train_argv(args.config, overrides, args.steps, Path("unused"), name), ngpu)
@@ -191,13 +327,15 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    c = compare(a, b)
-    text = (f"`{args.config}` on {ngpu} processes, {args.steps} steps; A: `{args.a or '(config)'}`, "
-            f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n"
-            + report(c, "A", "B", steady_tps(a, args.warmup), steady_tps(b, args.warmup)))
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    try:
+        text = (f"`{args.config}` on {ngpu} processes, {args.steps} steps; A: `{args.a or '(config)'}`, "
+                f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n" + _report_runs(compare(a, b), a, b, args.warmup))
+        print(text)
+        if args.out:
+            _write_out(args.out, text)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

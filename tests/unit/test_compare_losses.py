@@ -59,8 +59,131 @@ def test_files_mode_compares_common_steps_of_runs_of_different_length(tmp_path):
     text = out.read_text()
     assert "max relative difference 1.00e-02 (step 1)" in text
     assert "A 100, B 90" in text
-    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        main(["--files", str(tmp_path / "missing.jsonl"), str(fa)])
+    assert "A: steps 1-20 (20 rows), B: steps 1-10 (10 rows); compared: steps 1-10 (10 rows)" in text
+    assert "warning: the runs logged different steps" in text
+
+
+def _write(path, rows, tail=""):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + tail)
+    return str(path)
+
+
+def _timed(losses):
+    return [{**r, "throughput(tps)": 100.0, "time_metrics/end_to_end(s)": 1.0} for r in _rows(losses)]
+
+
+def _files(capsys, *argv):
+    rc = compare_losses.main(["--files", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_files_torn_last_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path, capsys):
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0] * 4), tail='{"step": 5, "loss_metrics/gl')
+    fb = _write(tmp_path / "b.jsonl", _timed([5.0] * 4))
+    rc, out, err = _files(capsys, fa, fb)
+    assert rc == 0 and "max relative difference 0.00e+00" in out
+    assert f"warning: {fa}:5: torn last line skipped" in err
+
+
+def test_files_bad_line_in_the_middle_is_a_one_line_error_naming_file_and_line(tmp_path, capsys):
+    fa = tmp_path / "a.jsonl"
+    _write(fa, _timed([5.0] * 4))
+    lines = fa.read_text().splitlines()
+    lines[1] = lines[1][:20]
+    fa.write_text("\n".join(lines) + "\n")
+    rc, out, err = _files(capsys, str(fa), str(fa))
+    assert rc == 2 and err.startswith(f"error: {fa}:2: not a JSON row") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf")])
+def test_files_null_nan_or_inf_loss_is_reported_as_divergence_at_the_first_such_step(bad, tmp_path, capsys):
+    losses = [5.0] * 10
+    losses[4] = losses[6] = bad
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0] * 10))
+    fb = _write(tmp_path / "b.jsonl", _timed(losses))
+    rc, out, err = _files(capsys, fa, fb)
+    assert "DIVERGED at step 5 " in out, out
+    assert "max relative difference inf (step 5)" in out
+    assert "0.00e+00 (step" not in out
+
+
+@pytest.mark.parametrize("case, message", [
+    ("empty", "empty file"), ("missing", "no such file"), ("emptydir", "a folder without metrics.jsonl")])
+def test_files_empty_missing_or_folder_is_a_one_line_error(case, message, tmp_path, capsys):
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0]))
+    bad = tmp_path / case
+    if case == "empty":
+        bad.write_text("\n")
+    elif case == "emptydir":
+        bad.mkdir()
+    rc, out, err = _files(capsys, fa, str(bad))
+    assert rc == 2 and err == f"error: {bad}: {message}" + err.split(message, 1)[1] and err.count("\n") == 1, err
+
+
+def test_files_accepts_a_run_folder_holding_metrics_jsonl(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    _write(tmp_path / "run" / "metrics.jsonl", _timed([5.0] * 3))
+    rc, out, err = _files(capsys, str(tmp_path / "run"), str(tmp_path / "run" / "metrics.jsonl"))
+    assert rc == 0 and "max relative difference 0.00e+00" in out
+
+
+def test_files_warmup_past_the_last_step_says_there_is_no_steady_step(tmp_path, capsys):
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0] * 10))
+    rc, out, err = _files(capsys, fa, fa, "--warmup", "100")
+    assert rc == 0 and "tokens/s/GPU over all compared steps (--warmup 100 leaves no step after warm-up)" in out
+    assert "warning: --warmup 100 leaves no compared step" in err
+
+
+def test_files_without_timing_columns_show_tokens_per_s_as_n_a(tmp_path, capsys):
+    fa = _write(tmp_path / "a.jsonl", _rows([5.0] * 3))
+    rc, out, err = _files(capsys, fa, fa, "--warmup", "0")
+    assert rc == 0 and "tokens/s/GPU after warm-up: A n/a, B n/a" in out
+
+
+def test_files_tokens_per_s_only_over_the_compared_steps(tmp_path, capsys):
+    fast_tail = [{**r, "throughput(tps)": 1000.0} if r["step"] > 3 else r for r in _timed([5.0] * 10)]
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0] * 3))
+    fb = _write(tmp_path / "b.jsonl", fast_tail)
+    rc, out, err = _files(capsys, fa, fb, "--warmup", "0")
+    assert "tokens/s/GPU after warm-up: A 100, B 100" in out
+
+
+def test_out_creates_its_folder_and_an_unwritable_out_is_one_line(tmp_path, capsys):
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0] * 3))
+    out = tmp_path / "new" / "dir" / "x.md"
+    assert _files(capsys, fa, fa, "--out", str(out))[0] == 0 and "max relative" in out.read_text()
+    (tmp_path / "file").write_text("")
+    rc, _, err = _files(capsys, fa, fa, "--warmup", "0", "--out", str(tmp_path / "file" / "x.md"))
+    assert rc == 2 and err.startswith(f"error: --out {tmp_path / 'file' / 'x.md'}: cannot write") and err.count("\n") == 1
+
+
+def test_files_refuses_the_training_arguments_it_would_ignore(tmp_path, capsys):
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0] * 3))
+    rc, out, err = _files(capsys, fa, fa, "--config", "nope.toml", "--a=--bogus")
+    assert rc == 2 and err == "error: --config, --a train runs; --files compares saved ones (leave them out)\n"
+
+
+@pytest.mark.parametrize("flag, key, hint", [
+    ("--a", "--training.steps=3", "use --steps"), ("--common", "--checkpoint.enable", "leave it out"),
+    ("--b", "--run.dump_folder=/x", "leave it out"), ("--a", "--metrics.log_freq 5", "leave it out"),
+    ("--b", "--run.name=z", "leave it out")])
+def test_overrides_of_keys_compare_losses_sets_are_refused(flag, key, hint, monkeypatch, capsys):
+    monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", _no_process)
+    rc = compare_losses.main(["--config", "configs/debug.toml", "--ngpu", "2", f"{flag}={key}"])
+    err = capsys.readouterr().err
+    name = key.split("=")[0].split()[0]
+    assert rc == 2 and err == f"error: {flag} sets {name}, which compare_losses sets itself for both runs" + (
+        f": {hint}\n" if hint.startswith("use") else f" ({hint})\n"), err
+
+
+def test_unclosed_quote_names_the_flag(monkeypatch, capsys):
+    monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", _no_process)
+    rc = compare_losses.main(["--config", "configs/debug.toml", "--ngpu", "2", "--a=--unclosed 'x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("error: --a=\"--unclosed 'x\": No closing quotation") and err.count("\n") == 1, err
 
 
 TINY = ["--common", "--model.overrides.n_layers=1 --training.seq_len=32 --training.local_batch_size=2 "
