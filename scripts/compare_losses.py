@@ -86,10 +86,18 @@ def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, 
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                NVSHMEM_DISABLE_NVLS="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log = folder / f"{name}.log"
+    # Written before the run starts, so a run stopped from outside (SIGTERM, Ctrl-C) still leaves its
+    # log with the command, as the help promises; the output is captured and only comes at the end.
+    log.write_text(" ".join(cmd) + "\n\n(running; its output is written here when it ends)\n")
     try:
         # run_group, not subprocess.run: a timeout must also end the ranks (torchrun puts each in a
         # session of its own), which would otherwise train on, and it raises once they are gone.
         proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env)
+    except (KeyboardInterrupt, SystemExit) as exc:  # run_group ended the ranks; SIGTERM -> SystemExit
+        with log.open("a") as f:
+            f.write(f"stopped from outside ({type(exc).__name__} {getattr(exc, 'code', '')}); its "
+                    "output was not kept\n")
+        raise
     except subprocess.TimeoutExpired as exc:
         log.write_text(" ".join(cmd) + "\n\n" + (exc.stdout or "") + (exc.stderr or "")
                        + f"\ntimed out after {timeout:.0f} s (--timeout)\n")

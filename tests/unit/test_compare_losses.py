@@ -241,3 +241,16 @@ def test_a_failed_run_shows_its_error_line_and_log(error, tmp_path, monkeypatch,
                           f"the error:\n  {error.removeprefix('[rank0] ')}\nthe last 25 lines of its output:\n"), err
     assert "ChildFailedError" not in err.split("the last 25 lines")[0]
     assert error in (tmp_path / "a.log").read_text()
+
+
+def test_a_run_stopped_by_sigterm_leaves_its_log_with_the_command(tmp_path, monkeypatch):
+    """run_group turns SIGTERM into SystemExit(143) once the ranks are gone: a.log must be there."""
+    def stopped(cmd, **kwargs):
+        assert "trainer.train" in (tmp_path / "a.log").read_text()  # written before the run starts
+        raise SystemExit(143)
+
+    monkeypatch.setattr(compare_losses, "run_group", stopped)
+    monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    with pytest.raises(SystemExit):
+        compare_losses.main(["--config", "configs/debug.toml", "--steps", "2", "--ngpu", "2", *TINY])
+    assert "stopped from outside (SystemExit 143)" in (tmp_path / "a.log").read_text()
