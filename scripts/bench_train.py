@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -170,7 +171,9 @@ def check_variant(v: Variant, argv: list[str], where: str) -> None:
     from trainer.config import ConfigError, load_config, validate_config
 
     try:
-        validate_config(load_config(argv), v.ngpu or _default_ngpu())
+        with warnings.catch_warnings():  # the run's own log repeats them; here they would be noise
+            warnings.simplefilter("ignore")
+            validate_config(load_config(argv), v.ngpu or _default_ngpu())
     except (ConfigError, ValueError) as exc:
         raise ValueError(f"{where}variant {v.name!r}: {exc}") from None
 

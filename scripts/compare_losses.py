@@ -121,26 +121,27 @@ def _metrics_file(path: Path) -> Path:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """The rows with a loss. A torn last line (a run killed mid-write; the trainer tolerates it too) is
-    skipped with a warning; a bad line before the last one is a ValueError naming FILE:LINE."""
+    """The rows with a loss. Lines that are not JSON objects (a line torn by a crash, which the trainer
+    leaves in place when the run resumes, so it can sit mid-file) are skipped with one warning naming
+    FILE:LINE, as the trainer itself treats them."""
     path = _metrics_file(Path(path))
     lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
     if not lines:
         raise ValueError(f"{path}: empty file (no metrics rows)")
-    rows = []
+    rows, skipped = [], []
     for n, line in lines:
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if n == lines[-1][0]:
-                print(f"warning: {path}:{n}: torn last line skipped ({exc.msg}; a run stopped "
-                      "mid-write)", file=sys.stderr)
-                continue
-            raise ValueError(f"{path}:{n}: not a JSON row ({exc.msg}); only a torn last line is "
-                             "skipped") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{n}: not a JSON object row")
-        rows.append(row)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            skipped.append(str(n))
+    if skipped:
+        print(f"warning: {path}:{','.join(skipped[:5])}{'...' if len(skipped) > 5 else ''}: "
+              f"{len(skipped)} line(s) that are not JSON rows skipped (a line torn by a crash)",
+              file=sys.stderr)
     rows = [r for r in rows if "loss_metrics/global_avg_loss" in r]
     if not rows:
         raise ValueError(f"{path}: no row with loss_metrics/global_avg_loss")
