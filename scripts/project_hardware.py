@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 # (an installed package called "scripts" would shadow a namespace import).
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_train import file_stem  # noqa: E402
+from report_out import prepare_out, write_out  # noqa: E402
 
 GIB = 1024**3
 
@@ -86,6 +87,30 @@ class Row:
     fp8: bool
     tps: float
     mem_active_gib: float
+
+
+# torch.cuda.get_device_name() as bench_train's Environment line quotes it -> key of GPUS. The figures
+# above are SXM/HGX parts: a PCIe or NVL card has other clocks and links, so it is not matched.
+DEVICE_NAMES = {r"\bH100\b(?!.*\b(PCIe|NVL)\b)": "h100", r"\bH200\b(?!.*\b(PCIe|NVL)\b)": "h200",
+                r"\bB200\b": "b200"}
+
+
+def source_gpu(path: Path) -> str:
+    """The key of GPUS for the device on the bench file's 'Environment:' line (bench_train writes it)."""
+    env = next((ln for ln in path.read_text().splitlines() if ln.startswith("Environment:")), None)
+    if env is None:
+        raise ValueError(f"{path}: no 'Environment:' line naming the GPU the bench ran on")
+    m = re.search(r"\b\d+ x ([^,]+)", env)
+    if not m:
+        found = "a CPU" if "CPU" in env else "no GPU"
+        raise ValueError(f"{path}: the Environment line names {found} ({env[len('Environment:'):].strip()}); "
+                         "a projection needs a bench measured on one of: " + ", ".join(g.name for g in GPUS.values()))
+    name = m[1].strip()
+    key = next((k for pat, k in DEVICE_NAMES.items() if re.search(pat, name)), None)
+    if key is None:
+        raise ValueError(f"{path}: the bench ran on {name!r}, which has no datasheet figures here; known: "
+                         + ", ".join(g.name for g in GPUS.values()))
+    return key
 
 
 def parse_bench(path: Path) -> list[Row]:
@@ -242,34 +267,62 @@ def profile_file(folder: Path, variant: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="bench_train --profile --out file (X.md, with X/ beside it)")
-    ap.add_argument("--source", default="h200", choices=sorted(GPUS), help="GPU the bench ran on")
+    ap.add_argument("--source", choices=sorted(GPUS),
+                    help="optional check: the GPU is read from the bench file's Environment line; "
+                    "a --source that differs is refused")
     ap.add_argument("--target", required=True, choices=sorted(GPUS))
     ap.add_argument("--fsdp", type=int, default=8, help="FSDP degree on the target (one NVLink domain)")
     ap.add_argument("--layers", type=int, default=80, help="depth to extrapolate layer stacks to")
-    ap.add_argument("--tc-efficiency", type=float, nargs="+", default=[1.0, 0.8])
-    ap.add_argument("--out", help="also write the report here")
+    ap.add_argument("--tc-efficiency", type=fraction, nargs="+", default=[1.0, 0.8],
+                    help="fractions in (0, 1] of the source's achieved share of tensor-core peak")
+    ap.add_argument("--out", help="also write the report here (its folder is created)")
     args = ap.parse_args(argv)
+    if args.fsdp < 1 or args.layers < 1:
+        ap.error("--fsdp and --layers must be >= 1")
+    try:
+        out = prepare_out(args.out) if args.out else None
+        text = project(args, "python scripts/project_hardware.py " + " ".join(sys.argv[1:] if argv is None else argv))
+        print(text)
+        if out:
+            write_out(out, text)
+    except ValueError as err:  # bad input files: one line naming the file, not a traceback
+        ap.error(str(err))
+    return 0
+
+
+def fraction(text: str) -> float:
+    """argparse type of --tc-efficiency: a number in (0, 1]."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction in (0, 1] (1.0 = the source's share of peak)")
+    return x
+
+
+def project(args: argparse.Namespace, command: str) -> str:
+    """The report for parsed arguments; ValueError naming the file for any input it cannot use."""
     bench = Path(args.bench)
-    if args.fsdp < 1 or args.layers < 1 or min(args.tc_efficiency) <= 0:
-        ap.error("--fsdp and --layers must be >= 1 and --tc-efficiency > 0")
+    if bench.is_dir():
+        raise ValueError(f"--bench {bench}: is a folder; pass the X.md that bench_train --profile --out X.md "
+                         "wrote beside its X/ folder")
+    if not bench.is_file():
+        raise ValueError(f"--bench {bench}: no such file (the X.md of bench_train --profile --out X.md)")
     rows = parse_bench(bench)
+    source = source_gpu(bench)
+    if args.source and args.source != source:
+        raise ValueError(f"--source {args.source}: {bench} was measured on {GPUS[source].name}; "
+                         f"drop --source or pass --source {source}")
     folder = bench.with_suffix("")
     profiles = {}
     for r in rows:
-        try:
-            f = profile_file(folder, r.variant)
-        except ValueError as err:
-            ap.error(str(err))
+        f = profile_file(folder, r.variant)
         if not f.is_file():
-            ap.error(f"{f}: missing; run bench_train with --profile --out {bench} to write it")
+            raise ValueError(f"{f}: missing; run bench_train with --profile --out {bench} to write it")
         profiles[r.variant] = parse_profile(f)
-    command = "python scripts/project_hardware.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    text = report(rows, profiles, GPUS[args.source], GPUS[args.target], args.fsdp, args.layers,
+    return report(rows, profiles, GPUS[source], GPUS[args.target], args.fsdp, args.layers,
                   args.tc_efficiency, command)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,10 @@ def _profile(step, gemm=0.0, attention=0.0, elementwise=0.0, optimizer=0.0, comm
     return f"# Profile\n\nAverage step time: {step:,.2f} ms over 1 traced step(s).\n\n| part | ms/step | % |\n|---|---|---|\n{body}\n"
 
 
-def _bench(tmp_path, rows):
+ENV = "Environment: python 3.12.3, torch 2.11.0+cu130, 2 x NVIDIA H200, driver 580.159.04, CUDA 13.0"
+
+
+def _bench(tmp_path, rows, env=ENV):
     """rows: (variant, model cell, precision cell, tps, max active GiB, profile text)."""
     lines = [HEAD]
     (tmp_path / "b").mkdir()
@@ -35,7 +38,7 @@ def _bench(tmp_path, rows):
         lines.append(f"| {name} | {model} | fsdp2 | {prec} | on | selective (op) | 1 | 8192 | {tps:,.0f} | 1 | 1% "
                      f"| {mem:.1f} / {mem + 10:.1f} |")
         (tmp_path / "b" / (name.replace(" ", "_") + ".profile.md")).write_text(prof)
-    (tmp_path / "b.md").write_text("Environment: x\n\n" + "\n".join(lines) + "\n")
+    (tmp_path / "b.md").write_text(env + "\n\n" + "\n".join(lines) + "\n")
     return tmp_path / "b.md"
 
 
@@ -90,16 +93,74 @@ def test_memory_check_splits_state_from_activations(tmp_path, capsys):
     assert "B200 (HGX): fits." in capsys.readouterr().out
 
 
-def test_bad_inputs_name_the_file(tmp_path):
+def _error(capsys, *argv):
+    """The one-line error main() exits with (argparse style: usage, then 'prog: error: ...')."""
+    with pytest.raises(SystemExit) as exc:
+        proj.main(list(argv))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+def test_bad_inputs_name_the_file(tmp_path, capsys):
     (tmp_path / "x.md").write_text("no table here\n")
-    with pytest.raises(ValueError, match=r"x\.md: no bench_train table"):
-        proj.parse_bench(tmp_path / "x.md")
+    assert _error(capsys, "--bench", str(tmp_path / "x.md"), "--target", "b200").endswith(
+        "x.md: no bench_train table (a line starting '| variant |')")
+    assert "nope.md: no such file" in _error(capsys, "--bench", str(tmp_path / "nope.md"), "--target", "b200")
+    assert f"--bench {tmp_path}: is a folder; pass the X.md" in _error(capsys, "--bench", str(tmp_path), "--target", "b200")
     b = _bench(tmp_path, [("v", "llama3 70B (4 layers)", "bfloat16, attn sdpa", 1, 1.0, "# nothing\n")])
-    with pytest.raises(ValueError, match=r"v\.profile\.md: no 'Average step time'"):
-        proj.main(["--bench", str(b), "--target", "b200"])
+    assert "v.profile.md: no 'Average step time'" in _error(capsys, "--bench", str(b), "--target", "b200")
     (tmp_path / "b" / "v.profile.md").unlink()
-    with pytest.raises(SystemExit):
-        proj.main(["--bench", str(b), "--target", "b200"])
+    assert "v.profile.md: missing; run bench_train" in _error(capsys, "--bench", str(b), "--target", "b200")
+
+
+def _one_row(tmp_path, env=ENV):
+    tmp_path.mkdir(exist_ok=True)
+    prof = _profile(1000, gemm=600, elementwise=400)
+    return _bench(tmp_path, [("v", "llama3 70B (4 layers)", "bfloat16, attn sdpa", 1000, 63.0, prof)], env)
+
+
+def test_source_gpu_is_read_from_the_bench_file(tmp_path, capsys):
+    b = _one_row(tmp_path, ENV.replace("H200", "H100 80GB HBM3"))
+    assert proj.main(["--bench", str(b), "--target", "b200"]) == 0
+    assert "from H100 SXM to B200 (HGX)" in capsys.readouterr().out
+    assert proj.main(["--bench", str(b), "--target", "b200", "--source", "h100"]) == 0  # agrees: accepted
+    capsys.readouterr()
+    assert _error(capsys, "--bench", str(b), "--target", "b200", "--source", "h200").endswith(
+        f"--source h200: {b} was measured on H100 SXM; drop --source or pass --source h100")
+
+
+def test_cpu_or_unknown_gpu_bench_is_refused(tmp_path, capsys):
+    cpu = _one_row(tmp_path / "c",
+                   "Environment: python 3.11.7, torch 2.11.0, CPU (2 cores)")
+    assert f"{cpu}: the Environment line names a CPU (python 3.11.7, torch 2.11.0, CPU (2 cores)); a projection " \
+        "needs a bench measured on one of: H100 SXM" in _error(capsys, "--bench", str(cpu), "--target", "b200")
+    pcie = _one_row(tmp_path / "p", ENV.replace("H200", "H100 PCIe"))
+    assert "the bench ran on 'NVIDIA H100 PCIe', which has no datasheet figures here" in _error(
+        capsys, "--bench", str(pcie), "--target", "b200")
+    none = tmp_path / "n.md"
+    none.write_text(cpu.read_text().replace("Environment:", "Env:"))
+    assert "n.md: no 'Environment:' line" in _error(capsys, "--bench", str(none), "--target", "b200")
+
+
+def test_tc_efficiency_must_be_a_fraction(tmp_path, capsys):
+    b = _one_row(tmp_path)
+    for bad in ("5", "0", "-0.5"):
+        assert _error(capsys, "--bench", str(b), "--target", "b200", "--tc-efficiency", bad).endswith(
+            f"argument --tc-efficiency: {bad} is not a fraction in (0, 1] (1.0 = the source's share of peak)")
+
+
+def test_out_creates_its_folder_and_is_checked_first(tmp_path, capsys):
+    b = _one_row(tmp_path)
+    out = tmp_path / "new" / "dir" / "p.md"
+    assert proj.main(["--bench", str(b), "--target", "b200", "--out", str(out)]) == 0
+    assert out.read_text().startswith("Projection (a model, not a measurement) from H200 SXM")
+    capsys.readouterr()
+    (tmp_path / "afile").write_text("x")
+    # checked before the bench is read: the bench here does not exist
+    assert "--out " + str(tmp_path / "afile" / "p.md") + ": cannot create its folder" in _error(
+        capsys, "--bench", "nope.md", "--target", "b200", "--out", str(tmp_path / "afile" / "p.md"))
 
 
 def test_profiles_are_found_under_every_name_bench_train_has_given_them(tmp_path):
