@@ -41,6 +41,9 @@ from trainer.models.llama_flavors import LLAMA3_FLAVORS  # noqa: E402
 from trainer.models.rope import apply_rope, rope_table  # noqa: E402
 from trainer.profiling import load_trace, trace_kernels  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "scripts"))  # scripts/ is not a package: import by directory
+from report_out import prepare_out, write_out  # noqa: E402
+
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::_scaled_mm")
 VARIANTS = ("base", "fused")
 
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip timing each GEMM alone (bf16 only: always skipped with --float8)")
     ap.add_argument("--lone-reps", type=int, default=20)
     ap.add_argument("--top", type=int, default=15, help="rows of the other-kernels table")
-    ap.add_argument("--out", help="also write the report to this markdown file")
+    ap.add_argument("--out", help="also write the report to this markdown file (its folder is created)")
     opts = ap.parse_args(argv)
     variants = [v for v in opts.variants.split(",") if v]
     bad = [v for v in variants if v not in VARIANTS]
@@ -273,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
                  "it cannot be combined with --float8")
     if opts.seq < 1 or opts.batch < 1 or opts.iters < 1 or opts.warmup < 0:
         ap.error("--seq, --batch and --iters must be >= 1, --warmup >= 0")
+    try:
+        out = prepare_out(opts.out) if opts.out else None
+    except ValueError as err:
+        ap.error(str(err))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     opts.dtype = torch.bfloat16
     try:
@@ -285,12 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# Llama-3 {opts.flavor} block, batch {opts.batch} x seq {opts.seq}, {precision}, "
              f"{'compiled' if opts.compile else 'eager'}, attention {opts.attention}, norm {opts.norm}",
              "", f"{where}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}", ""]
-    for v in variants:
-        lines += report(probe(v, args, opts, device), opts, device)
-    text = "\n".join(lines)
-    print(text)
-    if opts.out:
-        Path(opts.out).write_text(text + "\n")
+    try:
+        for v in variants:
+            lines += report(probe(v, args, opts, device), opts, device)
+        text = "\n".join(lines)
+        print(text)
+        if out:
+            write_out(out, text)
+    except ValueError as err:  # e.g. a kernel backend that cannot run here says why: one line, no traceback
+        ap.error(f"--attention {opts.attention}, --norm {opts.norm} on {where}: {err}")
     return 0
 
 

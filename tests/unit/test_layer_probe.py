@@ -31,7 +31,7 @@ def _gemm_rows(text: str, variant: str) -> dict[str, tuple[float, float]]:
 
 def test_probe_names_each_gemm_of_the_block_by_shape(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    out = tmp_path / "probe.md"
+    out = tmp_path / "new" / "probe.md"  # --out's folder is created, as bench_train does
     assert probe.main([*FAST, "--variants", "base,fused", "--out", str(out)]) == 0
     text = out.read_text()
     base = _gemm_rows(text, "base")
@@ -60,6 +60,31 @@ def test_probe_rejects_unknown_variants_and_sizes(capsys):
     with pytest.raises(SystemExit):
         probe.main([*FAST, "--seq", "0"])
     assert "--seq" in capsys.readouterr().err
+
+
+def test_out_that_cannot_be_written_is_refused_before_the_probe(tmp_path, capsys, monkeypatch):
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setattr(probe, "probe", lambda *a: pytest.fail("probed before checking --out"))
+    with pytest.raises(SystemExit):
+        probe.main([*FAST, "--out", str(tmp_path / "afile" / "probe.md")])
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].endswith(f"--out {tmp_path / 'afile' / 'probe.md'}: cannot create its "
+                                                 f"folder {tmp_path / 'afile'} (File exists)")
+
+
+def test_cuda_only_attention_on_cpu_is_one_line(capsys, monkeypatch):
+    # The tests run Triton interpreted (TRITON_INTERPRET=1), so the kernel's own CPU refusal is stood in for.
+    def refuse(*a):
+        raise ValueError("kernels.attention backend 'triton' needs CUDA tensors (got device cpu)")
+
+    monkeypatch.setattr(probe, "probe", refuse)
+    with pytest.raises(SystemExit):
+        probe.main([*FAST, "--attention", "triton", "--no-lone"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].split(": ", 1)[1].startswith(
+        "error: --attention triton, --norm torch on ")
+    assert err.endswith(": kernels.attention backend 'triton' needs CUDA tensors (got device cpu)\n")
 
 
 def test_gpu_kernels_are_tied_to_their_mm_by_external_id():
