@@ -202,3 +202,10 @@ def run_group(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | No
         finally:
             for sig, old in handlers.items():
                 signal.signal(sig, old)
+
+
+if __name__ == "__main__":  # a library: running it would otherwise print nothing and exit 0
+    print("scripts/launch_group.py is a library (run_group: a torchrun job with a timeout that leaves no "
+          "process behind), used by scripts/bench_train.py and scripts/compare_losses.py; run one of those",
+          file=sys.stderr)
+    sys.exit(2)

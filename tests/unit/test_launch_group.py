@@ -174,3 +174,11 @@ def test_bench_train_timeout_costs_one_row_and_leaves_nothing(pids, tmp_path, mo
     assert "| hung | failed: timed out after 2 s (--timeout) |" in bench.table([res])
     assert "launched" in (tmp_path / "hung.log").read_text()
     assert_all_gone(wait_for_pids(pids, 5, timeout=0))
+
+
+def test_running_the_library_says_what_uses_it():
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "launch_group.py"), "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("scripts/launch_group.py is a library")
+    assert "used by scripts/bench_train.py and scripts/compare_losses.py" in res.stderr
