@@ -513,17 +513,27 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.distributed import destroy_distributed, init_distributed
     from trainer.trainer import Trainer
 
+    from trainer.train import _stopped
+
     fit_line = ""
-    if opts.fit_seconds > 0:
-        # The probe needs the process group (all ranks write at once, then agree on one depth); the
-        # Trainer reuses the group started here.
-        run_dir = Path(cfg.run.dump_folder).expanduser() / cfg.run.name
-        init_distributed(cfg.comm, str(run_dir))
-        gbps, free = probe_disk(run_dir, opts.probe_gb)
-        nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
-        label, fit_line = fit_layers(cfg, label, gbps, free, opts.fit_seconds, ram_cap(run_dir, nodes))
-        validate_config(cfg, world)
-    trainer = Trainer(cfg)
+    try:
+        if opts.fit_seconds > 0:
+            # The probe needs the process group (all ranks write at once, then agree on one depth); the
+            # Trainer reuses the group started here.
+            run_dir = Path(cfg.run.dump_folder).expanduser() / cfg.run.name
+            init_distributed(cfg.comm, str(run_dir))
+            gbps, free = probe_disk(run_dir, opts.probe_gb)
+            nodes = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", str(world))))
+            label, fit_line = fit_layers(cfg, label, gbps, free, opts.fit_seconds, ram_cap(run_dir, nodes))
+            validate_config(cfg, world)
+        trainer = Trainer(cfg)
+    except (ValueError, RuntimeError, OSError, ImportError) as exc:
+        # The start-up refusals of train.py (an unwritable run folder, a GPU backend on CPU): one
+        # `[rankN] error:` line per rank, as the README promises, not a traceback per rank.
+        if os.environ.get("TITANKIT_TRACEBACK"):
+            raise
+        destroy_distributed()
+        return _stopped(exc, 2, "start-up")
     ok, text = False, ""
     try:
         res = Bench(trainer).run(opts.keep, opts.flight_steps)

@@ -173,3 +173,17 @@ def test_verdict_holds_each_mode_to_its_criterion():
         assert ok and cell.startswith("rel ")
         assert not bench.verdict({**res, "loss4b": loss * (1 + 2 * bench.NONDET_RTOL)}, False)[0]
         assert not bench.verdict({**res, "stream_ok": False}, False)[0]
+
+
+def test_unwritable_run_folder_is_one_rank_error_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    env = cpu_env(OMP_NUM_THREADS="1")
+    env.pop("TITANKIT_TRACEBACK", None)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--config", "configs/debug.toml", *TINY,
+                           f"--run.dump_folder={tmp_path / 'afile'}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert f"[rank0] error: run.dump_folder / run.name: cannot create the run folder {tmp_path / 'afile'}/" \
+        in proc.stderr
+    assert "[rank0] (start-up stopped, exit status 2; ValueError: TITANKIT_TRACEBACK=1" in proc.stderr
