@@ -96,11 +96,15 @@ def launch_config_of(step: Path, recorded: str | None = None) -> Path:
         return run_dir / recorded
     why = (f"the checkpoint names {recorded}, which is not there; " if recorded is not None else
            "the checkpoint does not record which (saved by an older titankit); ")
-    if len(launches) <= 1:
+    if not launches:  # a copy of the checkpoint without its run folder's configs
+        raise ValueError(f"{run_dir}: no launch config (config.toml) in the run folder of {step.name}"
+                         f"{' (the checkpoint names ' + recorded + ')' if recorded else ''}; pass --config FILE, "
+                         "the TOML the run was trained with")
+    if len(launches) == 1:
         if recorded is not None:
-            print(f"{run_dir}: {why}using config.toml (pass --config to choose another)",
-                  file=sys.stderr)
-        return run_dir / "config.toml"
+            print(f"{run_dir}: {why}using {launches[0].name}, the only launch config there (pass --config "
+                  "FILE to choose another)", file=sys.stderr)
+        return launches[0]
     saved = (step / ".metadata").stat().st_mtime
     before = [p for p in launches if p.stat().st_mtime <= saved]
     chosen = max(before or launches, key=lambda p: p.stat().st_mtime)
@@ -117,6 +121,9 @@ def resolve_step(path: Path) -> Path:
     skipped: checkpoint.initial_load_path's reading of a path (checkpoint_folders.resolve_checkpoint)."""
     from trainer.checkpoint_folders import STEP_RE, incomplete_reason, list_step_folders, resolve_checkpoint
 
+    if path.is_file():  # resolve_checkpoint would say "no such folder" of a file that exists
+        raise ValueError(f"{path}: is a file; pass a step folder (<run>/checkpoint/step-N) or a run's "
+                         "checkpoint/ folder")
     chosen = resolve_checkpoint(path, str(path), warn=False)
     if chosen != path:
         step = int(STEP_RE.match(chosen.name).group(1))

@@ -401,6 +401,30 @@ def test_export_uses_the_config_of_the_launch_that_saved_the_step(tmp_path, caps
     assert capsys.readouterr().err == ""
 
 
+def test_a_run_copy_without_its_launch_config_says_to_pass_config(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "checkpoint" / "step-8").mkdir(parents=True)
+    (run / "checkpoint" / "step-8" / ".metadata").write_text("")
+    with pytest.raises(ValueError) as err:
+        convert.launch_config_of(run / "checkpoint" / "step-8", "config.toml")
+    assert str(err.value) == (f"{run.resolve()}: no launch config (config.toml) in the run folder of step-8 (the "
+                              "checkpoint names config.toml); pass --config FILE, the TOML the run was trained with")
+    # The one launch config there is not config.toml: it is the one used, and the message says so.
+    (run / "config_0002.toml").write_text("")
+    assert convert.launch_config_of(run / "checkpoint" / "step-8", "config.toml") == run.resolve() / "config_0002.toml"
+    assert capsys.readouterr().err == (f"{run.resolve()}: the checkpoint names config.toml, which is not there; using "
+                                       "config_0002.toml, the only launch config there (pass --config FILE to "
+                                       "choose another)\n")
+
+
+def test_to_hf_of_a_file_says_it_is_a_file(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    code, out = cli("to-hf", str(tmp_path / "metrics.jsonl"), str(tmp_path / "hf"))
+    assert code == 2 and out == (f"error: {tmp_path / 'metrics.jsonl'}: is a file; pass a step folder "
+                                 "(<run>/checkpoint/step-N) or a run's checkpoint/ folder\n")
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_damaged_hugging_face_folder_is_one_line_naming_the_file(tmp_path, capsys):
     """What an interrupted download leaves (a cut or tiny safetensors file, an empty or cut JSON file,
     a shard the index lists but that never arrived) was a SafetensorError traceback or json's bare
