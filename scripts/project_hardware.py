@@ -4,7 +4,8 @@
         --fsdp 8 --layers 80
 
 Input: the markdown table that `scripts/bench_train.py --profile --out X.md` wrote, and the
-`X/<variant>.profile.md` summaries beside it (one profiled step per variant). Every variant is split,
+`X/<variant>.profile.md` summaries beside it (one profiled step per variant). The source GPU is the one
+on X.md's `Environment:` line (a CPU bench or a GPU without figures below is refused). Every variant is split,
 from its own profile, into tensor-core time (GEMMs, attention), memory-bound time (elementwise, norms,
 copies, optimizer), exposed communication and device idle; each part is rescaled by the ratio of
 the datasheet figure that bounds it on the source and target GPU:
