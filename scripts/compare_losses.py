@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))  # the config check imports `trainer` from this ch
 sys.path.insert(0, str(ROOT / "scripts"))  # launch_group, also when this file is loaded from elsewhere
 
 from launch_group import run_group  # noqa: E402
+from report_out import prepare_out, write_out  # noqa: E402
 
 
 def train_argv(config: str, overrides: list[str], steps: int, folder: Path, name: str) -> list[str]:
@@ -240,15 +241,6 @@ def _report_runs(c: dict, a: list[dict], b: list[dict], warmup: int) -> str:
     return report(c, "A", "B", steady_tps(a, warmup), steady_tps(b, warmup), what)
 
 
-def _write_out(out: str, text: str) -> None:
-    path = Path(out)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n")
-    except OSError as exc:
-        raise ValueError(f"--out {out}: cannot write the report ({exc.strerror or exc})") from None
-
-
 # Keys every run gets from compare_losses itself (train_argv): an override of one would be replaced
 # without a word, so it is refused, pointing at the flag that sets it (None: nothing to set).
 _OWN_KEYS = {"training.steps": "--steps", "checkpoint.enable": None, "metrics.log_freq": None,
@@ -273,11 +265,12 @@ def parse_overrides(flag: str, text: str) -> list[str]:
 
 
 def _files_mode(args) -> int:
+    out = prepare_out(args.out) if args.out else None
     a, b = (read_metrics(Path(f)) for f in args.files)
     text = f"A: `{args.files[0]}`, B: `{args.files[1]}`\n\n" + _report_runs(compare(a, b), a, b, args.warmup)
     print(text)
-    if args.out:
-        _write_out(args.out, text)
+    if out:
+        write_out(out, text)
     return 0
 
 
@@ -319,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ngpu = torch.cuda.device_count() or 2
     try:
+        out = prepare_out(args.out) if args.out else None  # before two runs, not after them
         common = parse_overrides("--common", args.common)
         over = {"a": common + parse_overrides("--a", args.a), "b": common + parse_overrides("--b", args.b)}
         for name, overrides in over.items():  # both, before either trains
@@ -338,10 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         text = (f"`{args.config}` on {ngpu} processes, {args.steps} steps; A: `{args.a or '(config)'}`, "
-                f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n" + _report_runs(compare(a, b), a, b, args.warmup))
+                f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n"
+                + _report_runs(compare(a, b), a, b, args.warmup))
         print(text)
-        if args.out:
-            _write_out(args.out, text)
+        if out:
+            write_out(out, text)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

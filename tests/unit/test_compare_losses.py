@@ -160,7 +160,17 @@ def test_out_creates_its_folder_and_an_unwritable_out_is_one_line(tmp_path, caps
     assert _files(capsys, fa, fa, "--out", str(out))[0] == 0 and "max relative" in out.read_text()
     (tmp_path / "file").write_text("")
     rc, _, err = _files(capsys, fa, fa, "--warmup", "0", "--out", str(tmp_path / "file" / "x.md"))
-    assert rc == 2 and err.startswith(f"error: --out {tmp_path / 'file' / 'x.md'}: cannot write") and err.count("\n") == 1
+    assert rc == 2 and err.startswith(f"error: --out {tmp_path / 'file' / 'x.md'}: cannot create its folder")
+    assert err.count("\n") == 1
+
+
+def test_training_mode_checks_out_before_either_run(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    rc = compare_losses.main(["--config", "configs/debug.toml", "--steps", "2",
+                              "--out", str(tmp_path / "file" / "x.md")])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "run folders and logs" not in out, out
+    assert err.startswith(f"error: --out {tmp_path / 'file' / 'x.md'}: cannot create its folder"), err
 
 
 def test_files_refuses_the_training_arguments_it_would_ignore(tmp_path, capsys):
