@@ -67,8 +67,8 @@ class Result:
     tps: float = 0.0
     tflops: float = 0.0
     mfu: float | None = None
-    mem_active: float = 0.0
-    mem_reserved: float = 0.0
+    mem_active: float | None = None  # None off CUDA: no allocator peaks
+    mem_reserved: float | None = None
     alloc_retries: int = 0  # CUDA allocator retries over the measured steps (memory at its limit)
     final_loss: float = float("nan")
     gpu_clock_power: tuple[float, float] | None = None  # rank 0's mean SM MHz and W, measured steps
@@ -220,9 +220,10 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     res.tflops = sum(r["tflops"] * r["time_metrics/end_to_end(s)"] for r in steady) / wall
     res.mfu = None if steady[0]["mfu(%)"] is None else (
         sum(r["mfu(%)"] * r["time_metrics/end_to_end(s)"] for r in steady) / wall)
-    # None off CUDA (no allocator peaks): shown as 0.0
-    res.mem_active = max(r["memory/max_active(GiB)"] or 0.0 for r in steady)
-    res.mem_reserved = max(r["memory/max_reserved(GiB)"] or 0.0 for r in steady)
+    # None off CUDA (no allocator peaks): the table says n/a, as for MFU, not a measured 0.0.
+    peaks = {k: [r[k] for r in steady if r.get(k) is not None]
+             for k in ("memory/max_active(GiB)", "memory/max_reserved(GiB)")}
+    res.mem_active, res.mem_reserved = (max(v) if v else None for v in peaks.values())
     res.alloc_retries = sum(int(r.get("memory/num_alloc_retries", 0)) for r in steady)
     res.final_loss = steady[-1]["loss_metrics/global_avg_loss"]
     from trainer.gpu_monitor import CLOCK_KEY, POWER_KEY
@@ -317,11 +318,12 @@ def table(results: list[Result]) -> str:
         model = f"{m['name']} {m['flavor']}" + (f" ({layers} layers)" if layers else "")
         mfu = "n/a" if res.mfu is None else f"{res.mfu:.1f}%"
         gpu = "n/a" if res.gpu_clock_power is None else "{:,.0f} / {:.0f}".format(*res.gpu_clock_power)
+        mem = "n/a" if res.mem_active is None else f"{res.mem_active:.1f} / {res.mem_reserved:.1f}"
         lines.append(
             f"| {res.variant.name} | {model} | {_layout(r, res.world)} | {prec}, attn {m['attention']} | "
             f"{'on' if r['compile']['enable'] else 'off'} | {ac} | {_batch(r, res.world)} | "
             f"{t['seq_len']} | {res.tps:,.0f} | {res.tflops:.0f} | {mfu} | "
-            f"{res.mem_active:.1f} / {res.mem_reserved:.1f} | {res.alloc_retries} | {res.final_loss:.4f} | "
+            f"{mem} | {res.alloc_retries} | {res.final_loss:.4f} | "
             f"{gpu} |")
     return "\n".join(lines)
 

@@ -114,6 +114,11 @@ def source_gpu(path: Path) -> str:
     return key
 
 
+def _gib(cell: str) -> float:
+    """The active-memory half of an 'active / reserved' cell; a CPU bench writes n/a (NaN here)."""
+    return math.nan if cell.strip() == "n/a" else float(cell.split("/")[0])
+
+
 def parse_bench(path: Path) -> list[Row]:
     """The rows of a bench_train table that ran (failed rows have no numbers)."""
     lines = path.read_text().splitlines()
@@ -134,7 +139,7 @@ def parse_bench(path: Path) -> list[Row]:
         fsdp = re.search(r"fsdp(\d+)", cells[2])
         rows.append(Row(cells[0], m[1], m[2], int(m[3]) if m[3] else None, int(fsdp[1]) if fsdp else 1,
                         cells[3].startswith("fp8"), float(cells[8].replace(",", "")),
-                        float(cells[11].split("/")[0])))
+                        _gib(cells[11])))
     if not rows:
         raise ValueError(f"{path}: the table has no variant that ran")
     return rows

@@ -2,6 +2,7 @@
 extrapolation of ANCHORS.md section 3, so the benchmark any user can rerun cannot rot."""
 
 import importlib.util
+import math
 import re
 import subprocess
 import sys
@@ -42,6 +43,7 @@ def test_bench_runs_on_cpu_and_prints_a_table_with_profile(tmp_path, capsys, mon
     assert row["seq"] == "32" and row["local batch"] == "2"
     assert row["alloc retries"] == "0"  # CPU: no CUDA allocator
     assert row["GPU clock MHz / power W"] == "n/a"  # CPU: nothing for NVML to read
+    assert row["max active / reserved GiB"] == "n/a"  # CPU: no allocator peaks (not a measured 0.0)
     # Rows with the same batch and steps can be checked for the same training at a glance.
     assert 0 < float(row["loss, last measured step"]) < 20
     assert "Steps: 1 warm-up + 2 measured + 2 profiled" in printed
@@ -60,6 +62,7 @@ def test_bench_runs_on_cpu_and_prints_a_table_with_profile(tmp_path, capsys, mon
     spec.loader.exec_module(proj)
     (got,) = proj.parse_bench(out)
     assert (got.variant, got.model, got.flavor, got.layers, got.fsdp) == ("debug", "llama3", "debug", 2, 2)
+    assert math.isnan(got.mem_active_gib)
     assert got.tps == pytest.approx(float(row["tokens/s/GPU"].replace(",", "")))
     parts = proj.parse_profile(tmp_path / "bench" / "debug.profile.md")
     assert parts["step"] > 0 and parts["gemm"] >= 0
