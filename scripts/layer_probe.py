@@ -295,12 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for v in variants:
             lines += report(probe(v, args, opts, device), opts, device)
-        text = "\n".join(lines)
-        print(text)
-        if out:
-            write_out(out, text)
     except ValueError as err:  # e.g. a kernel backend that cannot run here says why: one line, no traceback
         ap.error(f"--attention {opts.attention}, --norm {opts.norm} on {where}: {err}")
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        try:
+            write_out(out, text)
+        except ValueError as err:
+            ap.error(str(err))
     return 0
 
 
