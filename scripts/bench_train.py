@@ -34,6 +34,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -188,6 +189,10 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
                NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     env.update(v.env)
     t0 = time.time()
+    head = "".join(f"{k}={val} " for k, val in v.env.items()) + " ".join(cmd) + "\n\n"
+    log_file = None if log_dir is None else log_dir / f"{run_name}.log"
+    if log_file is not None:  # before the run: a suite stopped from outside still says what ran
+        log_file.write_text(head + "(running; its output is written here when it ends)\n")
     try:
         # run_group, not subprocess.run: a timeout must also end the ranks (torchrun puts each in a
         # session of its own), or they keep the GPUs while every later variant runs.
@@ -197,9 +202,13 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
         out = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
                for x in (exc.stdout, exc.stderr)]
         log, rc = "".join(out) + f"\ntimed out after {timeout:.0f} s (--timeout)", -1
-    if log_dir is not None:
-        prefix = "".join(f"{k}={val} " for k, val in v.env.items())
-        (log_dir / f"{run_name}.log").write_text(prefix + " ".join(cmd) + "\n\n" + log)
+    except (KeyboardInterrupt, SystemExit) as exc:  # run_group ended the ranks (SIGTERM: SystemExit)
+        if log_file is not None:
+            with log_file.open("a") as f:
+                f.write(f"stopped from outside ({_stop_reason(exc)}); its output was not kept\n")
+        raise
+    if log_file is not None:
+        log_file.write_text(head + log)
     res = Result(v, ok=rc == 0, world=ngpu)
     if not res.ok:
         res.error = _last_error(log)
@@ -246,6 +255,12 @@ def _keep_profile(run_dir: Path, run_name: str, log_dir: Path | None, trace_dir:
     if trace_dir is not None:
         shutil.copytree(folders[-1], trace_dir / run_name / folders[-1].name, dirs_exist_ok=True)
     return True
+
+
+def _stop_reason(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
+        return f"{signal.Signals(exc.code - 128).name}, exit {exc.code}"
+    return "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__} {exc}"
 
 
 def _last_error(log: str) -> str:
@@ -513,8 +528,17 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     env = environment()  # probed once (nvidia-smi), not at every rewrite of the table
     for v in variants:
-        results.append(run_variant(v, args.warmup, args.steps, workdir, log_dir or workdir, args.timeout,
-                                   args.profile_steps if args.profile else 0, trace_dir))
+        try:
+            results.append(run_variant(v, args.warmup, args.steps, workdir, log_dir or workdir,
+                                       args.timeout, args.profile_steps if args.profile else 0, trace_dir))
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # The rows so far, and this one marked, in the table; the variants after it not run.
+            results.append(Result(v, ok=False, error=f"interrupted ({_stop_reason(exc)}); later "
+                                  "variants not run"))
+            if args.out:
+                Path(args.out).write_text(report(results, args, env) + "\n")
+            print(report(results, args, env), flush=True)
+            raise
         if args.out:  # the rows so far survive a suite that is killed part-way
             Path(args.out).write_text(report(results, args, env) + "\n")
     text = report(results, args, env)

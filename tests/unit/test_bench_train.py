@@ -269,3 +269,25 @@ def test_a_failed_row_shows_the_trainers_error_line_not_torchruns(tmp_path, monk
     assert res.error == "error: command line: unknown key training.stepz; did you mean training.steps?"
     row = bench.table([res]).splitlines()[-1]
     assert row.startswith("| x | failed: error: command line: unknown key training.stepz;")
+
+
+def test_a_suite_stopped_from_outside_keeps_the_log_and_marks_the_row(tmp_path, monkeypatch, capsys):
+    """run_group turns SIGTERM into SystemExit(143) once the ranks are gone: the running variant's log
+    names its command and why it stopped, and the table (printed and in --out) marks its row."""
+    suite = tmp_path / "suite.toml"
+    suite.write_text('[[variant]]\nname = "first"\nconfig = "configs/debug.toml"\n'
+                     '[[variant]]\nname = "second"\nconfig = "configs/debug.toml"\n')
+    out = tmp_path / "s.md"
+
+    def stopped(cmd, **kw):
+        assert "trainer.train" in (tmp_path / "s" / "first.log").read_text()  # written before the run
+        raise SystemExit(143)
+
+    monkeypatch.setattr(bench, "run_group", stopped)
+    with pytest.raises(SystemExit):
+        bench.main(["--suite", str(suite), "--ngpu", "2", "--out", str(out)])
+    log = (tmp_path / "s" / "first.log").read_text()
+    assert "stopped from outside (SIGTERM, exit 143); its output was not kept" in log
+    row = "| first | failed: interrupted (SIGTERM, exit 143); later variants not run |"
+    assert row in out.read_text() and row in capsys.readouterr().out
+    assert "| second |" not in out.read_text()
