@@ -34,7 +34,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # launch_group, also when this file is loaded from elsewhere
 
 from compare_losses import error_lines  # noqa: E402
-from launch_group import run_group  # noqa: E402
+from launch_group import run_group, stop_reason  # noqa: E402
 
 
 @dataclass
@@ -205,7 +204,7 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     except (KeyboardInterrupt, SystemExit) as exc:  # run_group ended the ranks (SIGTERM: SystemExit)
         if log_file is not None:
             with log_file.open("a") as f:
-                f.write(f"stopped from outside ({_stop_reason(exc)}); its output was not kept\n")
+                f.write(f"stopped from outside ({stop_reason(exc)}); its output was not kept\n")
         raise
     if log_file is not None:
         log_file.write_text(head + log)
@@ -255,12 +254,6 @@ def _keep_profile(run_dir: Path, run_name: str, log_dir: Path | None, trace_dir:
     if trace_dir is not None:
         shutil.copytree(folders[-1], trace_dir / run_name / folders[-1].name, dirs_exist_ok=True)
     return True
-
-
-def _stop_reason(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
-        return f"{signal.Signals(exc.code - 128).name}, exit {exc.code}"
-    return "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__} {exc}"
 
 
 def _last_error(log: str) -> str:
@@ -533,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                                        args.timeout, args.profile_steps if args.profile else 0, trace_dir))
         except (KeyboardInterrupt, SystemExit) as exc:
             # The rows so far, and this one marked, in the table; the variants after it not run.
-            results.append(Result(v, ok=False, error=f"interrupted ({_stop_reason(exc)}); later "
+            results.append(Result(v, ok=False, error=f"interrupted ({stop_reason(exc)}); later "
                                   "variants not run"))
             if args.out:
                 Path(args.out).write_text(report(results, args, env) + "\n")

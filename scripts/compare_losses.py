@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the config check imports `trainer` from this checkout
 sys.path.insert(0, str(ROOT / "scripts"))  # launch_group, also when this file is loaded from elsewhere
 
-from launch_group import run_group  # noqa: E402
+from launch_group import run_group, stop_reason  # noqa: E402
 from report_out import prepare_out, write_out  # noqa: E402
 
 
@@ -96,8 +96,7 @@ def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, 
         proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env)
     except (KeyboardInterrupt, SystemExit) as exc:  # run_group ended the ranks; SIGTERM -> SystemExit
         with log.open("a") as f:
-            f.write(f"stopped from outside ({type(exc).__name__} {getattr(exc, 'code', '')}); its "
-                    "output was not kept\n")
+            f.write(f"stopped from outside ({stop_reason(exc)}); its output was not kept\n")
         raise
     except subprocess.TimeoutExpired as exc:
         log.write_text(" ".join(cmd) + "\n\n" + (exc.stdout or "") + (exc.stderr or "")

@@ -142,6 +142,13 @@ def end_tree(proc: subprocess.Popen, known: dict[int, str] | None = None, grace:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
+def stop_reason(exc: BaseException) -> str:
+    """What stopped a caller of run_group, for a log line: 'SIGTERM, exit 143' or 'Ctrl-C'."""
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code > 128:
+        return f"{signal.Signals(exc.code - 128).name}, exit {exc.code}"
+    return "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__} {exc}"
+
+
 def _read(f) -> str:
     f.seek(0)
     # What subprocess.run(text=True) would give, without failing on a stray byte of a dying rank.

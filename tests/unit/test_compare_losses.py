@@ -266,4 +266,4 @@ def test_a_run_stopped_by_sigterm_leaves_its_log_with_the_command(tmp_path, monk
     monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
     with pytest.raises(SystemExit):
         compare_losses.main(["--config", "configs/debug.toml", "--steps", "2", "--ngpu", "2", *TINY])
-    assert "stopped from outside (SystemExit 143)" in (tmp_path / "a.log").read_text()
+    assert "stopped from outside (SIGTERM, exit 143)" in (tmp_path / "a.log").read_text()
