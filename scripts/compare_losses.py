@@ -14,7 +14,6 @@ a run past --timeout is ended with all its ranks and reported in one line.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
@@ -121,20 +120,19 @@ def _metrics_file(path: Path) -> Path:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """The rows with a loss. Lines that are not JSON objects (a line torn by a crash, which the trainer
-    leaves in place when the run resumes, so it can sit mid-file) are skipped with one warning naming
-    FILE:LINE, as the trainer itself treats them."""
+    """The rows with a loss. Lines that are not JSON rows with an integer step (a line torn by a crash,
+    which the trainer leaves in place when the run resumes, so it can sit mid-file) are skipped with
+    one warning naming FILE:LINE, by the trainer's own reading of a line (parse_row)."""
+    from trainer.metrics_superseded import parse_row
+
     path = _metrics_file(Path(path))
     lines = [(n, line) for n, line in enumerate(path.read_text().splitlines(), 1) if line.strip()]
     if not lines:
         raise ValueError(f"{path}: empty file (no metrics rows)")
     rows, skipped = [], []
     for n, line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict):
+        row, step = parse_row(line)
+        if step is not None:
             rows.append(row)
         else:
             skipped.append(str(n))

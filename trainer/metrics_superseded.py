@@ -70,7 +70,7 @@ def move_rows_after(path: Path, step: int, *, now: Callable[[], str] = utc_now) 
     stamp = now()
     with open(path, "rb") as f:
         for number, line in enumerate(f, 1):
-            row, row_step = _parse(line)
+            row, row_step = parse_row(line)
             if row_step is not None and row_step > step:
                 row["superseded_at"] = stamp
                 row["resumed_from_step"] = step
@@ -103,8 +103,9 @@ def move_rows_after(path: Path, step: int, *, now: Callable[[], str] = utc_now) 
     return MoveResult(len(moved), (min(moved_steps), max(moved_steps)), target, tuple(unusable))
 
 
-def _parse(line: bytes) -> tuple[dict[str, Any] | None, int | None]:
-    """(row, its integer step) or (row or None, None) for a line that is not a stepped row."""
+def parse_row(line: bytes | str) -> tuple[dict[str, Any] | None, int | None]:
+    """(row, its integer step) or (row or None, None) for a line that is not a stepped row (also
+    what scripts/compare_losses.py skips, so both read a metrics.jsonl alike)."""
     try:
         row = json.loads(line)
     except (ValueError, RecursionError):  # ValueError covers bad JSON and bytes that are not UTF-8
