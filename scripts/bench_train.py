@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))  # launch_group, also when this file is loaded from elsewhere
 
-from compare_losses import error_lines  # noqa: E402
+from compare_losses import check_trainer_args, error_lines, own_key_override  # noqa: E402
 from launch_group import run_group, stop_reason  # noqa: E402
 
 
@@ -166,16 +165,9 @@ def train_argv(v: Variant, warmup: int, steps: int, profile_steps: int, workdir:
 
 
 def check_variant(v: Variant, argv: list[str], where: str) -> None:
-    """Every check `trainer.train` runs before its process group starts, here in this process, so a
-    typo in the last variant fails in seconds, not after the others have trained."""
-    from trainer.config import ConfigError, load_config, validate_config
-
-    try:
-        with warnings.catch_warnings():  # the run's own log repeats them; here they would be noise
-            warnings.simplefilter("ignore")
-            validate_config(load_config(argv), v.ngpu or _default_ngpu())
-    except (ConfigError, ValueError) as exc:
-        raise ValueError(f"{where}variant {v.name!r}: {exc}") from None
+    """The trainer's start-up checks for one variant, before any variant trains (its warnings are left
+    to the run's own log, where they come again)."""
+    check_trainer_args(argv, v.ngpu or _default_ngpu(), f"{where}variant {v.name!r}: ", quiet=True)
 
 
 def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Path | None,
@@ -434,10 +426,8 @@ RESERVED = {"training.steps": "use --warmup and --steps",
 
 def reserved_override(overrides: list[str]) -> str | None:
     """The first `--section.key[=value]` that bench_train sets itself, as an error message."""
-    for arg in overrides:
-        key = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
-        if key in RESERVED:
-            return f"{arg}: bench_train sets {key} itself ({RESERVED[key]})"
+    if found := own_key_override(overrides, RESERVED):
+        return f"{found[0]}: bench_train sets {found[1]} itself ({RESERVED[found[1]]})"
     return None
 
 

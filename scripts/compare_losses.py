@@ -37,15 +37,36 @@ def train_argv(config: str, overrides: list[str], steps: int, folder: Path, name
             "--checkpoint.enable=false", f"--run.dump_folder={folder}", f"--run.name={name}"]
 
 
-def check_config(name: str, argv: list[str], ngpu: int) -> None:
+def check_trainer_args(argv: list[str], ngpu: int, where: str, quiet: bool = False) -> None:
     """Every check `trainer.train` runs before starting a process group, here in this process, so a
-    typo in --b fails in seconds instead of after run A has trained (ValueError naming the run)."""
+    typo in the last run of a batch fails in seconds instead of after the others have trained
+    (ValueError starting with `where`). quiet: the config's warnings are left to the run's own log."""
+    import warnings
+
     from trainer.config import ConfigError, load_config, validate_config
 
     try:
-        validate_config(load_config(argv), ngpu)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            validate_config(load_config(argv), ngpu)
     except (ConfigError, ValueError) as exc:
-        raise ValueError(f"run {name} (--{name} plus --common): {exc}") from None
+        raise ValueError(f"{where}{exc}") from None
+
+
+def check_config(name: str, argv: list[str], ngpu: int) -> None:
+    """check_trainer_args for run `name` (a or b) of this script."""
+    check_trainer_args(argv, ngpu, f"run {name} (--{name} plus --common): ")
+
+
+def own_key_override(tokens: list[str], own) -> tuple[str, str] | None:
+    """The first `--section.key[=value]` among `tokens` whose key the calling script sets itself on
+    every launch (a key of `own`), as (token, key): the script's own value would replace it silently."""
+    for tok in tokens:
+        key = tok[2:].split("=", 1)[0] if tok.startswith("--") else ""
+        if key in own:
+            return tok, key
+    return None
 
 
 # Lines that say why a run died: the trainer's own (trainer/train.py prints `error: <message>` for a
@@ -252,12 +273,10 @@ def parse_overrides(flag: str, text: str) -> list[str]:
         tokens = shlex.split(text)
     except ValueError as exc:
         raise ValueError(f"{flag}={text!r}: {exc} (one shell-quoted string of overrides)") from None
-    for tok in tokens:
-        key = tok.removeprefix("--").split("=", 1)[0]
-        if tok.startswith("--") and key in _OWN_KEYS:
-            use = _OWN_KEYS[key]
-            raise ValueError(f"{flag} sets --{key}, which compare_losses sets itself for both runs"
-                             + (f": use {use}" if use else " (leave it out)"))
+    if found := own_key_override(tokens, _OWN_KEYS):
+        key, use = found[1], _OWN_KEYS[found[1]]
+        raise ValueError(f"{flag} sets --{key}, which compare_losses sets itself for both runs"
+                         + (f": use {use}" if use else " (leave it out)"))
     return tokens
 
 
