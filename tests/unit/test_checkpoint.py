@@ -344,20 +344,25 @@ def test_initial_load_of_another_runs_checkpoint_is_not_refused_for_other_model_
     m.close()
 
 
-def test_a_checkpoint_without_model_settings_resumes_with_one_info_line(tmp_path, monkeypatch, caplog):
-    # Saved by a titankit before the record: only the shape check applies.
+def _save_as_older_titankit(tmp_path, monkeypatch, section: str, record: str) -> None:
+    """Two steps checkpointed as a titankit from before `record` would have: state[section] without it."""
     real = CheckpointManager._state_dict
 
-    def without_record(self, step):
+    def older(self, step):
         state = real(self, step)
-        del state["train"]["model_identity"]
+        del state[section][record]
         return state
 
-    monkeypatch.setattr(CheckpointManager, "_state_dict", without_record)
+    monkeypatch.setattr(CheckpointManager, "_state_dict", older)
     t, mgr = start(tmp_path, interval=2)
     run(t, 2, mgr)
     mgr.close()
     monkeypatch.undo()
+
+
+def test_a_checkpoint_without_model_settings_resumes_with_one_info_line(tmp_path, monkeypatch, caplog):
+    # Saved by a titankit before the record: only the shape check applies.
+    _save_as_older_titankit(tmp_path, monkeypatch, "train", "model_identity")
     with caplog.at_level(logging.INFO, logger="titankit"):
         t2, mgr2 = start(tmp_path, interval=2, model_args={"rope_theta": 10.0})
     assert t2.step == 2
@@ -663,18 +668,7 @@ def test_allow_data_change_resumes_warns_and_records_the_new_stream(tmp_path):
 
 def test_checkpoint_without_identity_loads_with_one_warning(tmp_path, monkeypatch):
     # A checkpoint as titankit wrote it before it recorded the stream: data = {"next_index"} only.
-    real = CheckpointManager._state_dict
-
-    def old_format(self, step):
-        state = real(self, step)
-        state["data"].pop("identity")
-        return state
-
-    monkeypatch.setattr(CheckpointManager, "_state_dict", old_format)
-    t, mgr = start(tmp_path, interval=2)
-    run(t, 2, mgr)
-    mgr.close()
-    monkeypatch.undo()
+    _save_as_older_titankit(tmp_path, monkeypatch, "data", "identity")
     with captured_warnings() as warns:
         t2, mgr2 = start(tmp_path, interval=2, data={"seq_len": 64})  # cannot be checked
     assert (t2.step, t2.stream.next_index) == (2, 8)
