@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from typing import NoReturn
 
 INTERRUPTED = 128 + 2  # 128 + SIGINT, as a shell reports a command that Ctrl-C ended
 
@@ -139,11 +140,34 @@ def _stopped(exc: BaseException, status: int, phase: str) -> int:
     return status
 
 
+def leave(status: int) -> NoReturn:
+    """End the process with `status` after main() returned, without the interpreter's teardown.
+
+    dist.barrier() returns once gloo marks the barrier done, but gloo's worker thread destroys that
+    work only afterwards, and with it the works it waited on, whose tensors have Python objects: it
+    takes the GIL to drop them. If the main thread is already finalizing by then, Python ends the
+    worker with pthread_exit inside that (noexcept) destructor, and the process aborts ("terminate
+    called without an active exception", SIGABRT) after a run that had finished: torchrun reports it
+    failed. Seen in CI (2026-12-05) and, with a core backtrace, in 3 of 51 exits of a 2-rank
+    DTensor program on gloo, destroy_process_group() called (it frees nothing while DTensor's caches
+    hold the meshes, and a mesh its process groups). So this does what Python's own exit does
+    before the teardown, in its order (other non-daemon threads joined, then the atexit handlers:
+    logging's flush, wandb's, inductor's worker pool), flushes stdout and stderr, and leaves with
+    os._exit. A second Ctrl-C (INTERRUPTED) leaves at once: no thread joined, no handler run.
+    """
+    import atexit
+    import threading
+
+    if status != INTERRUPTED:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()  # private but in every CPython 3: the handlers, as at a normal exit
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe must not cost the status
+            stream.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    status = main()
-    if status == INTERRUPTED:
-        # Now, as the user asked: no join of a checkpoint writer thread still running.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-    sys.exit(status)
+    leave(main())

@@ -1,0 +1,52 @@
+"""How `python -m trainer.train` ends its process (trainer.train.leave: why, in its docstring).
+
+leave() skips the interpreter's teardown, where a gloo worker thread can abort a finished run; these
+tests hold it to the rest of a normal exit (the status, other threads joined, atexit handlers run,
+output flushed) and the second Ctrl-C's exit to at once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import atexit, sys, threading, time
+    from trainer.train import leave
+    atexit.register(lambda: print("atexit handler ran", flush=True))
+    def late():
+        time.sleep(0.3)
+        print("thread finished", flush=True)
+    threading.Thread(target=late).start()  # not a daemon: a normal exit waits for it
+    sys.stdout.write("buffered, no newline")  # a pipe is block-buffered: only a flush shows it
+    sys.stderr.write("stderr line")
+    leave(int(sys.argv[1]))
+    print("after leave", flush=True)
+""")
+
+
+def _run(status: int) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(status)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_leave_keeps_the_status_joins_threads_runs_atexit_and_flushes():
+    proc = _run(2)
+    assert proc.returncode == 2
+    assert proc.stdout.index("thread finished") < proc.stdout.index("atexit handler ran")
+    assert "buffered, no newline" in proc.stdout
+    assert "after leave" not in proc.stdout
+    assert proc.stderr == "stderr line"
+
+
+def test_a_second_ctrl_c_leaves_at_once():
+    from trainer.train import INTERRUPTED
+
+    proc = _run(INTERRUPTED)
+    assert proc.returncode == INTERRUPTED == 130
+    assert "buffered, no newline" in proc.stdout  # what was printed still shows
+    assert "atexit handler ran" not in proc.stdout and "thread finished" not in proc.stdout
