@@ -182,24 +182,22 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     t0 = time.time()
     head = "".join(f"{k}={val} " for k, val in v.env.items()) + " ".join(cmd) + "\n\n"
     log_file = None if log_dir is None else log_dir / f"{run_name}.log"
-    if log_file is not None:  # before the run: a suite stopped from outside still says what ran
-        log_file.write_text(head + "(running; its output is written here when it ends)\n")
+    if log_file is not None:  # the command, then the output as it comes (run_group appends it)
+        log_file.write_text(head)
     try:
         # run_group, not subprocess.run: a timeout must also end the ranks (torchrun puts each in a
         # session of its own), or they keep the GPUs while every later variant runs.
-        proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env)
+        proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env, log=log_file)
         log, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:  # a hung variant costs one row, not the whole suite
         out = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
                for x in (exc.stdout, exc.stderr)]
         log, rc = "".join(out) + f"\ntimed out after {timeout:.0f} s (--timeout)", -1
+        _append(log_file, f"\ntimed out after {timeout:.0f} s (--timeout)\n")
     except (KeyboardInterrupt, SystemExit) as exc:  # run_group ended the ranks (SIGTERM: SystemExit)
-        if log_file is not None:
-            with log_file.open("a") as f:
-                f.write(f"stopped from outside ({stop_reason(exc)}); its output was not kept\n")
+        _append(log_file, f"\nstopped from outside ({stop_reason(exc)}); the output above is all it "
+                          "printed\n")
         raise
-    if log_file is not None:
-        log_file.write_text(head + log)
     res = Result(v, ok=rc == 0, world=ngpu)
     if not res.ok:
         res.error = _last_error(log)
@@ -234,6 +232,12 @@ def run_variant(v: Variant, warmup: int, steps: int, workdir: Path, log_dir: Pat
     res.resolved = read_toml(workdir / run_name / "config.toml")
     print(f"  {v.name}: {res.tps:,.0f} tokens/s/GPU in {time.time() - t0:.0f} s", flush=True)
     return res
+
+
+def _append(log_file: Path | None, line: str) -> None:
+    if log_file is not None:
+        with log_file.open("a") as f:
+            f.write(line)
 
 
 def _keep_profile(run_dir: Path, run_name: str, log_dir: Path | None, trace_dir: Path | None) -> bool:

@@ -8,7 +8,8 @@ later steps also carry chaotic amplification of rounding. The report gives both 
 the largest relative difference over all steps, and the mean relative difference over the last 10% of
 steps (the "loss curves within X% after N steps" figure), plus each run's tokens/s/GPU.
 Both runs' folders and logs stay in $TMPDIR/titankit_compare_* (/tmp by default), named at the start;
-a run past --timeout is ended with all its ranks and reported in one line.
+a log holds its run's command, then its output as it prints it (so a run stopped from outside leaves
+all it printed); a run past --timeout is ended with all its ranks and reported in one line.
 """
 
 from __future__ import annotations
@@ -107,22 +108,21 @@ def run(config: str, overrides: list[str], steps: int, ngpu: int, folder: Path, 
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                NVSHMEM_DISABLE_NVLS="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     log = folder / f"{name}.log"
-    # Written before the run starts, so a run stopped from outside (SIGTERM, Ctrl-C) still leaves its
-    # log with the command, as the help promises; the output is captured and only comes at the end.
-    log.write_text(" ".join(cmd) + "\n\n(running; its output is written here when it ends)\n")
+    # The command first, then the run's output as it prints it (run_group appends it): a run stopped
+    # from outside (SIGTERM, Ctrl-C) or timed out still leaves all it printed, as the help promises.
+    log.write_text(" ".join(cmd) + "\n\n")
     try:
         # run_group, not subprocess.run: a timeout must also end the ranks (torchrun puts each in a
         # session of its own), which would otherwise train on, and it raises once they are gone.
-        proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env)
+        proc = run_group(cmd, timeout=timeout, cwd=ROOT, env=env, log=log)
     except (KeyboardInterrupt, SystemExit) as exc:  # run_group ended the ranks; SIGTERM -> SystemExit
         with log.open("a") as f:
-            f.write(f"stopped from outside ({stop_reason(exc)}); its output was not kept\n")
+            f.write(f"\nstopped from outside ({stop_reason(exc)}); the output above is all it printed\n")
         raise
-    except subprocess.TimeoutExpired as exc:
-        log.write_text(" ".join(cmd) + "\n\n" + (exc.stdout or "") + (exc.stderr or "")
-                       + f"\ntimed out after {timeout:.0f} s (--timeout)\n")
+    except subprocess.TimeoutExpired:
+        with log.open("a") as f:
+            f.write(f"\ntimed out after {timeout:.0f} s (--timeout)\n")
         raise RuntimeError(f"run {name} timed out after {timeout:.0f} s (logs: {log})") from None
-    log.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(failure_message(name, proc.returncode, proc.stdout + proc.stderr, log))
     return read_metrics(folder / name / "metrics.jsonl")

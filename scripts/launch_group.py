@@ -19,6 +19,7 @@ Used by scripts/bench_train.py and scripts/compare_losses.py. Linux reads /proc;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -149,20 +150,40 @@ def stop_reason(exc: BaseException) -> str:
     return "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__} {exc}"
 
 
-def _read(f) -> str:
-    f.seek(0)
+def _read(f, start: int = 0) -> str:
+    f.seek(start)
     # What subprocess.run(text=True) would give, without failing on a stray byte of a dying rank.
     return f.read().decode(errors="replace").replace("\r\n", "\n")
 
 
+def _output_files(files: contextlib.ExitStack, log: str | os.PathLike | None):
+    """(stdout, stderr) for Popen and a function giving (stdout, stderr) as printed so far.
+
+    With `log`: both go, merged in the order printed, straight into that file after what it already
+    holds (the caller's header), so the output is on disk while the job runs and survives whatever
+    stops the caller; what is read back is the part after the header. Without: two temporary files."""
+    if log is None:
+        out, err = (files.enter_context(tempfile.TemporaryFile()) for _ in range(2))
+        return out, err, lambda: (_read(out), _read(err))
+    # Append mode: every write of the job lands at the end, whatever the offset _read leaves behind.
+    out = files.enter_context(open(log, "a+b"))
+    start = out.seek(0, os.SEEK_END)
+    return out, subprocess.STDOUT, lambda: (_read(out, start), "")
+
+
 def run_group(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | None = None,
-              env: dict[str, str] | None = None, grace: float = GRACE_S) -> subprocess.CompletedProcess:
+              env: dict[str, str] | None = None, grace: float = GRACE_S,
+              log: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout), but a timeout or anything
     that stops the caller ends the whole process tree first (see the module docstring).
 
     Raises subprocess.TimeoutExpired (its output and stderr are what the job printed, as str) once the
     tree is gone; SIGTERM or SIGHUP to the caller end the tree, then raise SystemExit(128 + signal);
     an exception or KeyboardInterrupt ends the tree and propagates.
+
+    log: a file the job's stdout and stderr are appended to as it prints them (merged, as a terminal
+    shows them), after whatever the caller wrote there first; a job stopped from outside then leaves
+    its output behind. The returned stdout (and TimeoutExpired's) is that output, stderr is "".
     """
     handlers = {}
     if threading.current_thread() is threading.main_thread():
@@ -173,8 +194,9 @@ def run_group(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | No
                 handlers[sig] = signal.signal(sig, _raise_stopped)
     # Files, not pipes: a full pipe would block a rank that prints while it winds down, and a
     # process that escaped could hold a pipe open forever; a file cannot do either.
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with contextlib.ExitStack() as files:
         try:
+            out, err, printed = _output_files(files, log)
             proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=err)
             known: dict[int, str] = {}  # every process seen below torchrun, pid -> identity
@@ -183,8 +205,8 @@ def run_group(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | No
                 while (code := proc.poll()) is None:
                     if time.monotonic() >= deadline:
                         end_tree(proc, known, grace)
-                        raise subprocess.TimeoutExpired(list(cmd), timeout, output=_read(out),
-                                                        stderr=_read(err))
+                        stdout, stderr = printed()
+                        raise subprocess.TimeoutExpired(list(cmd), timeout, output=stdout, stderr=stderr)
                     # Collected while the job runs, so the ranks are known even if torchrun dies first
                     # (killed from outside) and they lose their parent.
                     table = _process_table()
@@ -201,7 +223,7 @@ def run_group(cmd: Sequence[str], *, timeout: float, cwd: str | os.PathLike | No
                 raise
             if _tree(known, _process_table()):  # torchrun ended but not all of its ranks
                 end_tree(proc, known, grace)
-            return subprocess.CompletedProcess(list(cmd), code, _read(out), _read(err))
+            return subprocess.CompletedProcess(list(cmd), code, *printed())
         except _Stopped as stop:
             print(f"stopped by {signal.Signals(stop.signum).name}; the job and all its processes were "
                   "ended", file=sys.stderr, flush=True)

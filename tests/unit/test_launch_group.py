@@ -94,6 +94,28 @@ def test_a_finished_job_is_like_subprocess_run():
     assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
 
 
+def test_with_a_log_the_output_goes_there_as_printed_and_is_returned_as_before(tmp_path):
+    """log=: stdout and stderr merged in the order printed, after the caller's header; what comes back
+    is that output (as stdout), so a caller that parses it sees what it saw without a log."""
+    log = tmp_path / "job.log"
+    log.write_text("the command\n\n")
+    job = [sys.executable, "-c", "import sys; print('out', flush=True); print('err', file=sys.stderr, "
+           "flush=True); print('out2'); sys.exit(3)"]
+    proc = launch_group.run_group(job, timeout=60, log=log)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\nerr\nout2\n", "")
+    assert log.read_text() == "the command\n\nout\nerr\nout2\n"
+
+
+def test_a_timeout_with_a_log_keeps_the_output_there_and_in_the_exception(pids, tmp_path):
+    log = tmp_path / "job.log"
+    log.write_text("the command\n\n")
+    with pytest.raises(subprocess.TimeoutExpired) as exc:
+        launch_group.run_group(fake_torchrun(pids), timeout=3, grace=1, log=log)
+    assert_all_gone(wait_for_pids(pids, 5, timeout=0))
+    assert (exc.value.stdout, exc.value.stderr) == ("launched\nto stderr\n", "")
+    assert log.read_text() == "the command\n\nlaunched\nto stderr\n"
+
+
 def test_a_timeout_ends_the_launcher_its_ranks_and_their_children(pids):
     start = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired) as exc:
@@ -141,6 +163,65 @@ def test_sigterm_to_the_caller_ends_the_job_and_exits_143(pids):
     assert_all_gone(started)
 
 
+def wait_for_text(path: Path, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and text in path.read_text()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{path} never held {text!r}: {path.read_text() if path.exists() else ''}")
+        time.sleep(0.05)
+
+
+# A script run as bench_train or compare_losses runs one job, on the stand-in instead of torchrun.
+STOPPED_CALLER = """
+import sys
+from pathlib import Path
+import launch_group
+script, folder, *fake = sys.argv[1:]
+mod = __import__(script)
+mod.run_group = lambda cmd, **kw: launch_group.run_group(fake, **{**kw, "grace": 1})
+if script == "compare_losses":
+    mod.run("configs/debug.toml", [], 2, 2, Path(folder), "a", 60.0)
+else:
+    mod.run_variant(mod.Variant(name="a", config="configs/debug.toml", ngpu=2), 1, 1, Path(folder),
+                    Path(folder), 60.0)
+"""
+
+
+@pytest.mark.parametrize("script", ["compare_losses", "bench_train"])
+def test_a_script_stopped_by_sigterm_leaves_the_output_so_far_in_its_log(script, pids, tmp_path):
+    """The log fills while the run goes: SIGTERM to the script (a scheduler's stop, a job's time
+    limit) leaves the command, everything the run printed, and one line saying it was stopped."""
+    caller = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_CALLER, script, str(tmp_path), *fake_torchrun(pids)], cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "scripts")), stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "a.log"
+    try:
+        started = wait_for_pids(pids, 5)
+        wait_for_text(log, "to stderr\n")  # on disk while the job runs
+        caller.send_signal(signal.SIGTERM)
+        _, err = caller.communicate(timeout=30)
+    finally:
+        caller.kill()
+    assert caller.returncode == 128 + signal.SIGTERM, err
+    assert_all_gone(started)
+    head, output = log.read_text().split("\n\n", 1)
+    assert "trainer.train" in head and "\n" not in head
+    assert output == ("launched\nto stderr\n\nstopped from outside (SIGTERM, exit 143); the output above is "
+                      "all it printed\n")
+
+
+def test_compare_losses_reads_a_failed_runs_error_from_the_output_it_logged(tmp_path, monkeypatch):
+    """With the output going to the log, the failure message still finds the rank's error line."""
+    job = [sys.executable, "-c", "import sys; print('starting'); print('[rank0] error: run folder /x is in "
+           "use', file=sys.stderr); sys.exit(1)"]
+    monkeypatch.setattr(compare_losses, "run_group", lambda cmd, **kw: launch_group.run_group(job, **kw))
+    with pytest.raises(RuntimeError) as exc:
+        compare_losses.run("configs/debug.toml", [], 2, 2, tmp_path, "a", 60.0)
+    assert str(exc.value).startswith(f"run a failed (exit 1); its whole output: {tmp_path / 'a.log'}\n"
+                                     "the error:\n  error: run folder /x is in use\n")
+    assert (tmp_path / "a.log").read_text().endswith("\n\nstarting\n[rank0] error: run folder /x is in use\n")
+
+
 def _with_fake_torchrun(pids: Path):
     """run_group as the scripts call it, on the stand-in instead of the real torchrun command."""
     def run(cmd, **kwargs):
@@ -157,8 +238,9 @@ def test_compare_losses_timeout_is_one_line_naming_the_log(pids, tmp_path, monke
     assert rc == 1
     assert err == f"error: run a timed out after 2 s (logs: {tmp_path / 'a.log'})\n"
     assert out == f"run folders and logs: {tmp_path}\n"  # said once, before the runs
-    log = (tmp_path / "a.log").read_text()
-    assert "launched" in log and log.endswith("timed out after 2 s (--timeout)\n")
+    head, output = (tmp_path / "a.log").read_text().split("\n\n", 1)
+    assert "trainer.train" in head  # the command, then all the run printed, then why it ended
+    assert output == "launched\nto stderr\n\ntimed out after 2 s (--timeout)\n"
     assert_all_gone(wait_for_pids(pids, 5, timeout=0))
 
 
@@ -172,7 +254,9 @@ def test_bench_train_timeout_costs_one_row_and_leaves_nothing(pids, tmp_path, mo
                             tmp_path, tmp_path, 2.0)
     assert not res.ok and res.error == "timed out after 2 s (--timeout)"
     assert "| hung | failed: timed out after 2 s (--timeout) |" in bench.table([res])
-    assert "launched" in (tmp_path / "hung.log").read_text()
+    head, output = (tmp_path / "hung.log").read_text().split("\n\n", 1)
+    assert "trainer.train" in head
+    assert output == "launched\nto stderr\n\ntimed out after 2 s (--timeout)\n"
     assert_all_gone(wait_for_pids(pids, 5, timeout=0))
 
 
