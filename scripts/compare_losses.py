@@ -10,6 +10,12 @@ steps (the "loss curves within X% after N steps" figure), plus each run's tokens
 Both runs' folders and logs stay in $TMPDIR/titankit_compare_* (/tmp by default), named at the start;
 a log holds its run's command, then its output as it prints it (so a run stopped from outside leaves
 all it printed); a run past --timeout is ended with all its ranks and reported in one line.
+
+As a gate (CI, a backend change): a divergence (a null, NaN or inf loss) ends the report with a FAIL
+line, and --max-rel-diff X with a PASS or FAIL line for the largest relative difference over the
+compared steps. Exit status: 0 the runs were compared (and are within --max-rel-diff, when given);
+1 a run failed or timed out, the curves diverged, or they differ by more than --max-rel-diff;
+2 bad input (arguments, config, metrics files, --out).
 """
 
 from __future__ import annotations
@@ -242,6 +248,19 @@ def report(c: dict, label_a: str, label_b: str, tps_a: float, tps_b: float,
     return "\n".join(lines)
 
 
+def verdict(c: dict, max_rel_diff: float | None) -> str | None:
+    """The report's last line when it gates: FAIL for a divergence; else, with --max-rel-diff, PASS or
+    FAIL for the largest relative difference over the compared steps; None otherwise."""
+    bad = c["diverged_step"]
+    if bad is not None:
+        return f"FAIL: diverged at step {bad} (a null, NaN or inf loss)"
+    if max_rel_diff is None:
+        return None
+    over = c["max_rel"] > max_rel_diff
+    return (f"{'FAIL' if over else 'PASS'}: max relative difference {c['max_rel']:.2e} (step "
+            f"{c['max_rel_step']}) {'>' if over else '<='} --max-rel-diff {max_rel_diff:.2e}")
+
+
 def _tps(v: float) -> str:
     return "n/a" if math.isnan(v) else f"{v:,.0f}"
 
@@ -280,14 +299,33 @@ def parse_overrides(flag: str, text: str) -> list[str]:
     return tokens
 
 
-def _files_mode(args) -> int:
-    out = prepare_out(args.out) if args.out else None
-    a, b = (read_metrics(Path(f)) for f in args.files)
-    text = f"A: `{args.files[0]}`, B: `{args.files[1]}`\n\n" + _report_runs(compare(a, b), a, b, args.warmup)
+def _positive_float(text: str) -> float:
+    """--max-rel-diff: a finite number > 0 (0 would fail any two runs that are not bitwise equal)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number > 0, e.g. 0.01 for 1%")
+    return value
+
+
+def _publish(head: str, c: dict, a: list[dict], b: list[dict], args, out: Path | None) -> int:
+    """Print the report (and write it to --out), its verdict last; the exit status: 1 on a FAIL."""
+    text = head + _report_runs(c, a, b, args.warmup)
+    line = verdict(c, args.max_rel_diff)
+    if line:
+        text += f"\n\n{line}"
     print(text)
     if out:
         write_out(out, text)
-    return 0
+    return 1 if line and line.startswith("FAIL") else 0
+
+
+def _files_mode(args) -> int:
+    out = prepare_out(args.out) if args.out else None
+    a, b = (read_metrics(Path(f)) for f in args.files)
+    return _publish(f"A: `{args.files[0]}`, B: `{args.files[1]}`\n\n", compare(a, b), a, b, args, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,10 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the throughput figure")
     ap.add_argument("--out", help="also write the report here (its folder is created)")
     ap.add_argument("--timeout", type=float, help="seconds per run (default 3600)")
+    ap.add_argument("--max-rel-diff", type=_positive_float, metavar="X",
+                    help="exit 1 (and end with a FAIL line) when the largest relative loss difference "
+                         "over the compared steps exceeds X, e.g. 0.01 for 1%%; a PASS line otherwise")
     ap.add_argument("--files", nargs=2, metavar=("A", "B"),
                     help="compare two existing runs instead of training: each a metrics.jsonl or the "
                          "run folder holding it (runs of different lengths are compared on their "
-                         "common steps); only --warmup and --out go with it")
+                         "common steps); only --warmup, --out and --max-rel-diff go with it")
     args = ap.parse_args(argv)
     if args.files:
         ignored = [f"--{k}" for k in _TRAIN_ONLY if getattr(args, k) is not None]
@@ -347,16 +388,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
-        text = (f"`{args.config}` on {ngpu} processes, {args.steps} steps; A: `{args.a or '(config)'}`, "
-                f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n"
-                + _report_runs(compare(a, b), a, b, args.warmup))
-        print(text)
-        if out:
-            write_out(out, text)
+        head = (f"`{args.config}` on {ngpu} processes, {args.steps} steps; A: `{args.a or '(config)'}`, "
+                f"B: `{args.b or '(config)'}`, both: `{args.common}`\n\n")
+        return _publish(head, compare(a, b), a, b, args, out)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

@@ -107,10 +107,67 @@ def test_files_null_nan_or_inf_loss_is_reported_as_divergence_at_the_first_such_
     losses[4] = losses[6] = bad
     fa = _write(tmp_path / "a.jsonl", _timed([5.0] * 10))
     fb = _write(tmp_path / "b.jsonl", _timed(losses))
-    rc, out, err = _files(capsys, fa, fb)
+    out_file = tmp_path / "report.md"
+    rc, out, err = _files(capsys, fa, fb, "--out", str(out_file))
     assert "DIVERGED at step 5 " in out, out
     assert "max relative difference inf (step 5)" in out
     assert "0.00e+00 (step" not in out
+    # A gate: exit 1, the report printed and saved all the same, the verdict its last line.
+    assert rc == 1 and out.splitlines()[-1] == "FAIL: diverged at step 5 (a null, NaN or inf loss)"
+    assert out_file.read_text() == out
+
+
+def _differ_by_25_percent_at_step_3(tmp_path):
+    """Two runs whose largest relative difference is 0.25 (exact in binary) at step 3."""
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0, 4.5, 4.0, 3.9]))
+    fb = _write(tmp_path / "b.jsonl", _timed([5.0, 4.5, 5.0, 3.9]))
+    return fa, fb
+
+
+def test_max_rel_diff_exceeded_fails_with_exit_1_and_a_last_line_saying_by_how_much(tmp_path, capsys):
+    fa, fb = _differ_by_25_percent_at_step_3(tmp_path)
+    out_file = tmp_path / "report.md"
+    rc, out, err = _files(capsys, fa, fb, "--max-rel-diff", "0.01", "--out", str(out_file))
+    assert rc == 1, err
+    assert out.splitlines()[-1] == "FAIL: max relative difference 2.50e-01 (step 3) > --max-rel-diff 1.00e-02"
+    assert "| step | A | B | rel. diff |" in out and out_file.read_text() == out  # the report comes first
+
+
+@pytest.mark.parametrize("limit", ["0.3", "0.25"])
+def test_max_rel_diff_within_passes_with_exit_0(limit, tmp_path, capsys):
+    """Within means not above: a difference equal to the limit passes."""
+    fa, fb = _differ_by_25_percent_at_step_3(tmp_path)
+    rc, out, err = _files(capsys, fa, fb, "--max-rel-diff", limit)
+    assert rc == 0, err
+    assert out.splitlines()[-1] == (f"PASS: max relative difference 2.50e-01 (step 3) <= --max-rel-diff "
+                                    f"{float(limit):.2e}")
+
+
+def test_without_max_rel_diff_a_difference_has_no_verdict_and_exits_0(tmp_path, capsys):
+    fa, fb = _differ_by_25_percent_at_step_3(tmp_path)
+    rc, out, err = _files(capsys, fa, fb)
+    assert rc == 0 and "PASS" not in out and "FAIL" not in out
+    assert out.splitlines()[-1].startswith("tokens/s/GPU")
+
+
+def test_with_max_rel_diff_a_divergence_is_still_named_as_such(tmp_path, capsys):
+    """A divergence is named as such, not as an infinite relative difference over the limit."""
+    fa = _write(tmp_path / "a.jsonl", _timed([5.0, 4.0, 3.0]))
+    fb = _write(tmp_path / "b.jsonl", _timed([5.0, None, 3.0]))
+    rc, out, err = _files(capsys, fa, fb, "--max-rel-diff", "0.5")
+    assert rc == 1 and out.splitlines()[-1] == "FAIL: diverged at step 2 (a null, NaN or inf loss)"
+
+
+@pytest.mark.parametrize("value", ["0", "-0.01", "nan", "inf", "1%"])
+def test_max_rel_diff_must_be_a_finite_number_above_0(value, tmp_path, monkeypatch, capsys):
+    """Refused by argparse, before a run trains or a file is read: exit 2 and one error line."""
+    monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", _no_process)
+    with pytest.raises(SystemExit) as exc:
+        compare_losses.main(["--config", "configs/debug.toml", "--max-rel-diff", value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.splitlines()[-1].endswith(f": error: argument --max-rel-diff: {value!r}: must be a finite "
+                                         "number > 0, e.g. 0.01 for 1%"), err
 
 
 @pytest.mark.parametrize("case, message", [
@@ -256,6 +313,24 @@ def test_a_failed_run_shows_its_error_line_and_log(error, tmp_path, monkeypatch,
                           f"the error:\n  {error.removeprefix('[rank0] ')}\nthe last 25 lines of its output:\n"), err
     assert "ChildFailedError" not in err.split("the last 25 lines")[0]
     assert error in (tmp_path / "a.log").read_text()
+
+
+@pytest.mark.parametrize("b_losses, limit, rc, last", [
+    ([5.0, float("nan"), 3.0], None, 1, "FAIL: diverged at step 2 (a null, NaN or inf loss)"),
+    ([5.0, 4.4, 3.0], "0.05", 1, "FAIL: max relative difference 1.00e-01 (step 2) > --max-rel-diff 5.00e-02"),
+    ([5.0, 4.4, 3.0], "0.2", 0, "PASS: max relative difference 1.00e-01 (step 2) <= --max-rel-diff 2.00e-01"),
+])
+def test_training_mode_gates_like_files_mode(b_losses, limit, rc, last, tmp_path, monkeypatch, capsys):
+    """The two trained runs stood in for by their metrics: the same verdict and exit status."""
+    rows = {"a": _timed([5.0, 4.0, 3.0]), "b": _timed(b_losses)}
+    monkeypatch.setattr(compare_losses, "run", lambda config, overrides, steps, ngpu, folder, name, timeout:
+                        rows[name])
+    monkeypatch.setattr(compare_losses.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    out_file = tmp_path / "report.md"
+    argv = ["--config", "configs/debug.toml", "--steps", "3", "--ngpu", "2", *TINY, "--out", str(out_file)]
+    assert compare_losses.main(argv + (["--max-rel-diff", limit] if limit else [])) == rc
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == last and out_file.read_text().splitlines()[-1] == last
 
 
 def test_a_run_stopped_by_sigterm_leaves_its_log_with_the_command(tmp_path, monkeypatch):
