@@ -1,4 +1,4 @@
-"""Train one config twice with different overrides on the same data and compare the loss curves.
+r"""Train one config twice with different overrides on the same data and compare the loss curves.
 
     python scripts/compare_losses.py --config configs/llama3_8b.toml --steps 50 \
         --a=--model.attention=sdpa --b=--model.attention=triton --out docs/perf/attn_curves.md
