@@ -3,3 +3,9 @@
 One folder per op family (attention/, fp8/, norm/, ...), each with an eager `reference.py` that is the
 spec. This package never imports `trainer`.
 """
+
+
+class BackendUnavailable(ValueError):
+    """A kernel backend that cannot run on this device or build (a CUDA-only kernel given CPU
+    tensors). A ValueError, as every refusal of a kernel's inputs is, but its own type: a caller can
+    say "this backend cannot run here" in one line for it without hiding a real error as the same."""

@@ -33,8 +33,11 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kernels import BackendUnavailable  # noqa: E402
+from kernels.thunderkittens.build import ThunderKittensUnavailable  # noqa: E402
 from trainer.config.schema import Float8  # noqa: E402
 from trainer.float8 import BACKENDS as FP8_BACKENDS, RECIPES as FP8_RECIPES, convert_to_float8_training  # noqa: E402
+from trainer.float8 import validate_float8_config  # noqa: E402
 from trainer.gpu_monitor import CLOCK_KEY, POWER_KEY, GpuSampler  # noqa: E402
 from trainer.models.llama import TransformerBlock  # noqa: E402
 from trainer.models.llama_flavors import LLAMA3_FLAVORS  # noqa: E402
@@ -159,6 +162,11 @@ class Result:
     others: list[tuple[str, float, float]]  # (kernel, ms per pass, calls per pass), largest first
 
 
+def float8_config(opts) -> Float8:
+    """The trainer's [float8] section for --float8 and --float8-backend (every Linear of the block)."""
+    return Float8(enable=True, recipe=opts.float8, backend=opts.float8_backend, filter_fqns=[])
+
+
 def probe(variant: str, args, opts, device: torch.device) -> Result:
     torch.manual_seed(0)
     block = TransformerBlock(0, args).to(device=device, dtype=opts.dtype)
@@ -168,8 +176,7 @@ def probe(variant: str, args, opts, device: torch.device) -> Result:
     if opts.float8 != "none":
         # The trainer's conversion (trainer/float8.py): every Linear of the block becomes a
         # Float8Linear; the weight is quantized inside each forward, as with FSDP in training.
-        convert_to_float8_training(block, Float8(enable=True, recipe=opts.float8,
-                                                 backend=opts.float8_backend, filter_fqns=[]))
+        convert_to_float8_training(block, float8_config(opts))
     if variant == "fused":
         block.forward = fused_forward(block)
     if opts.compile:
@@ -280,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         out = prepare_out(opts.out) if opts.out else None
     except ValueError as err:
         ap.error(str(err))
+    if opts.float8 != "none":
+        try:  # the trainer's check of the section (a Triton FP8 backend off CUDA), before any build
+            validate_float8_config(float8_config(opts))
+        except ValueError as err:
+            ap.error(f"--float8 {opts.float8} --float8-backend {opts.float8_backend}: {err}")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     opts.dtype = torch.bfloat16
     try:
@@ -295,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for v in variants:
             lines += report(probe(v, args, opts, device), opts, device)
-    except ValueError as err:  # e.g. a kernel backend that cannot run here says why: one line, no traceback
+    except (BackendUnavailable, ThunderKittensUnavailable) as err:
+        # A kernel backend that cannot run here says why: one line, no traceback. Only that: any other
+        # error (a shape the probe got wrong) keeps its traceback, not the look of a missing backend.
         ap.error(f"--attention {opts.attention}, --norm {opts.norm} on {where}: {err}")
     text = "\n".join(lines)
     print(text)

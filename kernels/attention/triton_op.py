@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels import BackendUnavailable
 from kernels.attention import triton_launch
 
 HEAD_DIMS = (16, 32, 64, 128)
@@ -31,7 +32,7 @@ def _validate(q: torch.Tensor) -> None:
     if q.dtype not in DTYPES:
         raise ValueError(f"{where}: dtype {q.dtype} is not supported; valid: bf16, fp16, fp32")
     if not q.is_cuda and not interpreted():
-        raise ValueError(
+        raise BackendUnavailable(
             f"{where} needs CUDA tensors (got device {q.device}); on CPU use backend 'sdpa' or "
             "'reference', or set TRITON_INTERPRET=1 before importing triton (slow, for tests)"
         )

@@ -16,6 +16,8 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
+from kernels import BackendUnavailable
+
 MAX_ROW = 16384
 
 
@@ -78,7 +80,7 @@ def _block_and_warps(n: int) -> tuple[int, int]:
 def _check_device(x: torch.Tensor) -> None:
     # The kernels run on CPU tensors only when they were decorated under the interpreter.
     if x.device.type != "cuda" and not isinstance(_rms_norm_fwd_kernel, InterpretedFunction):
-        raise ValueError(
+        raise BackendUnavailable(
             f"kernels.norm (triton backend): tensor on {x.device} needs CUDA, or TRITON_INTERPRET=1 "
             "set before triton is imported (CPU interpreter, for tests); use backend='torch' on CPU"
         )

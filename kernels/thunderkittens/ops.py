@@ -33,6 +33,7 @@ from collections.abc import Iterator
 
 import torch
 
+from kernels import BackendUnavailable
 from kernels.thunderkittens import build
 
 HEAD_DIMS = (64, 128)
@@ -90,7 +91,7 @@ def validate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
             f"{where}: causal attention needs Sq == Skv, got {q.shape[1]} and {k.shape[1]}"
         )
     if not q.is_cuda:
-        raise ValueError(f"{where} needs CUDA tensors, got device {q.device}")
+        raise BackendUnavailable(f"{where} needs CUDA tensors, got device {q.device}")
 
 
 @torch.library.custom_op("titankit::tk_attn_fwd", mutates_args=())

@@ -2,11 +2,13 @@
 block on a GPU can be trusted to name the right matmuls), the fused variant really runs wider GEMMs,
 and bad arguments get a clear error."""
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("layer_probe", ROOT / "scripts" / "layer_probe.py")
@@ -72,19 +74,52 @@ def test_out_that_cannot_be_written_is_refused_before_the_probe(tmp_path, capsys
                                                  f"folder {tmp_path / 'afile'} (File exists)")
 
 
-def test_cuda_only_attention_on_cpu_is_one_line(capsys, monkeypatch):
-    # The tests run Triton interpreted (TRITON_INTERPRET=1), so the kernel's own CPU refusal is stood in for.
-    def refuse(*a):
-        raise ValueError("kernels.attention backend 'triton' needs CUDA tensors (got device cpu)")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CUDA-only backends run on a GPU")
+@pytest.mark.parametrize("attention, refusal", [
+    ("triton", "kernels.attention backend 'triton' needs CUDA tensors (got device cpu); on CPU use backend "
+               "'sdpa' or 'reference', or set TRITON_INTERPRET=1 before importing triton (slow, for tests)"),
+    ("thunderkittens", "kernels.thunderkittens attention (backend 'thunderkittens') needs CUDA tensors, got "
+                       "device cpu"),
+])
+def test_cuda_only_attention_on_cpu_is_one_line(attention, refusal, capsys, monkeypatch):
+    """The kernel's own refusal, raised in the real probe, is the one line (no traceback)."""
+    from kernels.attention import triton_op
 
-    monkeypatch.setattr(probe, "probe", refuse)
+    # The tests run Triton interpreted (TRITON_INTERPRET=1); a CPU machine without it refuses.
+    monkeypatch.setattr(triton_op, "interpreted", lambda: False)
+    # ThunderKittens has head dims 64 and 128 only: the debug block with 2 heads of 64.
+    monkeypatch.setitem(probe.LLAMA3_FLAVORS, "debug",
+                        dataclasses.replace(probe.LLAMA3_FLAVORS["debug"], n_heads=2, n_kv_heads=1))
     with pytest.raises(SystemExit):
-        probe.main([*FAST, "--attention", "triton", "--no-lone"])
+        probe.main([*FAST, "--attention", attention, "--no-lone"])
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].split(": ", 1)[1].startswith(
-        "error: --attention triton, --norm torch on ")
-    assert err.endswith(": kernels.attention backend 'triton' needs CUDA tensors (got device cpu)\n")
+        f"error: --attention {attention}, --norm torch on ")
+    assert err.endswith(f": {refusal}\n")
+
+
+def test_any_other_error_of_the_probe_keeps_its_traceback(capsys, monkeypatch):
+    """A bug in the probe (a shape it got wrong) is not dressed up as a backend that cannot run here."""
+    def shape_bug(*a):
+        raise ValueError("mat1 and mat2 shapes cannot be multiplied (32x128 and 64x128)")
+
+    monkeypatch.setattr(probe, "probe", shape_bug)
+    with pytest.raises(ValueError, match="shapes cannot be multiplied"):
+        probe.main([*FAST, "--no-lone"])
+    assert "on CPU" not in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the Triton FP8 backend runs on a GPU")
+def test_a_float8_backend_that_cannot_run_here_is_one_line_before_the_probe(capsys, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # as on a CPU machine outside the tests
+    monkeypatch.setattr(probe, "probe", lambda *a: pytest.fail("probed before checking --float8-backend"))
+    with pytest.raises(SystemExit):
+        probe.main([*FAST, "--float8", "tensorwise", "--float8-backend", "triton"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith(
+        "error: --float8 tensorwise --float8-backend triton: float8.backend = 'triton' needs a CUDA GPU "
+        "(sm_90+); on CPU use 'torch', which emulates the FP8 GEMMs with the same quantization"), err
 
 
 def test_gpu_kernels_are_tied_to_their_mm_by_external_id():
