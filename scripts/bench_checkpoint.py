@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.distributed import destroy_distributed, init_distributed
     from trainer.trainer import Trainer
 
-    from trainer.train import _stopped
+    from trainer.train import report_stop
 
     fit_line = ""
     try:
@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise
         destroy_distributed()
-        return _stopped(exc, 2, "start-up")
+        return report_stop(exc, 2, "start-up")
     ok, text = False, ""
     try:
         res = Bench(trainer).run(opts.keep, opts.flight_steps)

@@ -60,7 +60,7 @@ def _run(argv: list[str], preemption) -> int:
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise
         destroy_distributed()
-        return _stopped(exc, 2, "start-up")
+        return report_stop(exc, 2, "start-up")
     except BaseException:
         preemption.close()
         destroy_distributed()
@@ -85,7 +85,7 @@ def _run(argv: list[str], preemption) -> int:
         trainer.close()
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise
-        return _stopped(exc, 1, "training")
+        return report_stop(exc, 1, "training")
     except CheckpointWriteError as exc:
         # Every rank has the same failure (DCP reports it to all); the message names the newest
         # complete checkpoint. A failure of the last async write surfaces in close(): the second
@@ -93,7 +93,7 @@ def _run(argv: list[str], preemption) -> int:
         trainer.close()
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise
-        return _stopped(exc, 1, "training")
+        return report_stop(exc, 1, "training")
     except BaseException:
         trainer.close()
         raise
@@ -132,8 +132,12 @@ def _interrupted(what: str) -> int:
     return INTERRUPTED
 
 
-def _stopped(exc: BaseException, status: int, phase: str) -> int:
-    """One line per rank for an error whose message says what to do; the traceback on request."""
+def report_stop(exc: BaseException, status: int, phase: str) -> int:
+    """Print the per-rank stop of an entry point for an error whose message says what to do, and
+    return `status` to exit with: `[rankN] error: <message>`, then which `phase` stopped with what
+    status and that TITANKIT_TRACEBACK=1 prints the traceback (the caller re-raises when it is set).
+    Public for the scripts that start a Trainer as train.py does (scripts/bench_checkpoint.py), so
+    their refusals read the same."""
     rank = os.environ.get("RANK", "0")
     print(f"[rank{rank}] error: {exc}\n[rank{rank}] ({phase} stopped, exit status {status}; "
           f"{type(exc).__name__}: TITANKIT_TRACEBACK=1 prints the traceback)", file=sys.stderr)
