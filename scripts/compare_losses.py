@@ -233,7 +233,7 @@ def report(c: dict, label_a: str, label_b: str, tps_a: float, tps_b: float,
         lines += [f"{label_a}: {_span(c['steps_a'])}, {label_b}: {_span(c['steps_b'])}; compared: "
                   f"{_span(steps)}"]
         if c["steps_a"] != c["steps_b"]:
-            lines += [f"warning: the runs logged different steps: only the common ones are compared "
+            lines += ["warning: the runs logged different steps: only the common ones are compared "
                       "(and runs of different lengths have different lr schedules)"]
         lines += [""]
     if bad is not None:
