@@ -28,9 +28,9 @@ def interpreted() -> bool:
 def _validate(q: torch.Tensor) -> None:
     where = "kernels.attention backend 'triton'"
     if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"{where}: head dim {q.shape[-1]} is not supported; valid: {HEAD_DIMS}")
+        raise BackendUnavailable(f"{where}: head dim {q.shape[-1]} is not supported; valid: {HEAD_DIMS}")
     if q.dtype not in DTYPES:
-        raise ValueError(f"{where}: dtype {q.dtype} is not supported; valid: bf16, fp16, fp32")
+        raise BackendUnavailable(f"{where}: dtype {q.dtype} is not supported; valid: bf16, fp16, fp32")
     if not q.is_cuda and not interpreted():
         raise BackendUnavailable(
             f"{where} needs CUDA tensors (got device {q.device}); on CPU use backend 'sdpa' or "

@@ -71,21 +71,23 @@ def _unfilled() -> Iterator[None]:
 
 def validate_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                        has_docs: bool = False) -> None:
-    """ValueError naming what this backend cannot do (shapes are checked by kernels.attention)."""
+    """ValueError naming what this backend cannot do (shapes are checked by kernels.attention): a
+    BackendUnavailable for what it has no kernel for (device, dtype, head dim, document masks)."""
     where = f"{_WHERE} attention (backend 'thunderkittens')"
     if has_docs:
-        raise ValueError(
+        raise BackendUnavailable(
             f"{where}: document masks (doc_ids / q_doc, kv_doc) are not supported; use backend "
             "'triton' or 'sdpa', or set data.document_mask = false"
         )
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype != torch.bfloat16:
             # The device too: a CPU run (float32 by default) must learn that dtype is not its problem.
-            raise ValueError(f"{where}: {name} must be a bfloat16 CUDA tensor, got {t.dtype} on {t.device}")
+            raise BackendUnavailable(
+                f"{where}: {name} must be a bfloat16 CUDA tensor, got {t.dtype} on {t.device}")
         if t.dim() != 4:
             raise ValueError(f"{where}: {name} must be 4-D (B, S, H, D), got {tuple(t.shape)}")
     if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"{where}: head dim {q.shape[-1]} is not supported; valid: {HEAD_DIMS}")
+        raise BackendUnavailable(f"{where}: head dim {q.shape[-1]} is not supported; valid: {HEAD_DIMS}")
     if causal and q.shape[1] != k.shape[1]:
         raise ValueError(
             f"{where}: causal attention needs Sq == Skv, got {q.shape[1]} and {k.shape[1]}"

@@ -99,6 +99,16 @@ def test_cuda_only_attention_on_cpu_is_one_line(attention, refusal, capsys, monk
     assert err.endswith(f": {refusal}\n")
 
 
+def test_a_head_dim_the_backend_has_no_kernel_for_is_one_line(capsys):
+    """The debug block's head dim 16: ThunderKittens was built for 64 and 128 only, and says so."""
+    with pytest.raises(SystemExit):
+        probe.main([*FAST, "--attention", "thunderkittens", "--no-lone"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.endswith("kernels.thunderkittens attention (backend 'thunderkittens'): head dim 16 is not "
+                        "supported; valid: (64, 128)\n"), err
+
+
 def test_any_other_error_of_the_probe_keeps_its_traceback(capsys, monkeypatch):
     """A bug in the probe (a shape it got wrong) is not dressed up as a backend that cannot run here."""
     def shape_bug(*a):
