@@ -554,4 +554,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainer.train import leave
+
+    leave(main())  # as train.py: without the interpreter's teardown, where gloo can abort a rank

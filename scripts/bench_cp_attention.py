@@ -245,11 +245,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave without the interpreter's teardown: on 2 CPU cores a gloo thread still being destroyed
-    # there aborted a rank ("terminate called without an active exception") after a complete run
-    # whose table was already printed and written (CI, 2026-12-01; tests/kernels/test_rmsnorm.py
-    # saw the same). Everything this script produces is out by now.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from trainer.train import leave
+
+    # Without the interpreter's teardown, where a gloo thread aborted a rank after a complete run
+    # (CI, 2026-12-01): leave() says why.
+    leave(main())
