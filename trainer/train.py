@@ -155,10 +155,11 @@ def leave(status: int) -> NoReturn:
     failed. Seen in CI (2026-12-05); a 2-rank DTensor program on gloo (barrier, then
     destroy_process_group, which frees nothing while DTensor's caches hold the meshes, and a mesh
     its process groups) aborted so in 6 of 131 exits, a core dump showing the trace above, and in
-    none of 140 through this function (2 CPU cores, torch 2.13). So this does what Python's own exit does
-    before the teardown, in its order (other non-daemon threads joined, then the atexit handlers:
-    logging's flush, wandb's, inductor's worker pool), flushes stdout and stderr, and leaves with
-    os._exit. A second Ctrl-C (INTERRUPTED) leaves at once: no thread joined, no handler run.
+    none of 140 through this function (2 CPU cores, torch 2.13). So this does what Python's own
+    exit does before the teardown, in its order (other non-daemon threads joined, then the atexit
+    handlers: logging's flush, wandb's, inductor's worker pool), flushes stdout and stderr, and
+    leaves with os._exit. A second Ctrl-C (INTERRUPTED) leaves at once: no thread joined, no
+    handler run.
     """
     import atexit
     import threading
