@@ -52,12 +52,14 @@ struct fwd_cfg {
 using col_t = rt_fl<16, KV_ROWS>::col_vec;  // one value per query row of a warp's 16
 
 // How far (base 2) a row's running maximum may fall behind its true maximum before the softmax
-// moves it: P = 2^(S sl2 - m sl2) stays <= 2^RESCALE_SLACK, exact in fp32 and in bf16's exponent
-// range. While no row of a warp moves its maximum, corr is exactly 1 and the warp skips the
-// rescale of O, which otherwise sits between the retirement of P V and the next wgmma issue
-// (forward 2.1-2.6% faster on random inputs, docs/benchmarks.md 4zi). The sums l and the LSE use
-// the same m, so the result is the same softmax up to rounding.
-constexpr float RESCALE_SLACK = 8.f;
+// moves it: P = 2^(S sl2 - m sl2) stays <= 2^RESCALE_SLACK. While no row of a warp moves its
+// maximum, corr is exactly 1 and the warp skips the rescale of O, which otherwise sits between the
+// retirement of P V and the next wgmma issue. 0: a maximum moves whenever it grows, so a row's
+// largest P is exactly 1 and cuDNN's per-call accuracy is kept. A slack of 8 made the forward
+// 2.1-2.6% faster (docs/benchmarks.md 4zi) but rounds a dominant P in (1, 256] to bf16 for P V
+// while l holds it unrounded: out 1.2x cuDNN's error at peaked scores, and no forward+backward
+// gain that the rounds could tell from noise (4zm).
+constexpr float RESCALE_SLACK = 0.f;
 
 // One step of the online softmax in base 2 (Milakov & Gimelshein 2018) on one warp's 16 x 128
 // scores S, in place, fused into two passes:
