@@ -7,5 +7,6 @@ spec. This package never imports `trainer`.
 
 class BackendUnavailable(ValueError):
     """A kernel backend that cannot run here or has no kernel for the input (a CUDA-only kernel given
-    CPU tensors, a head dim or dtype it was not built for). A ValueError, as every refusal of a kernel's inputs is, but its own type: a caller can
-    say "this backend cannot run here" in one line for it without hiding a real error as the same."""
+    CPU tensors, a head dim or dtype it was not built for). A ValueError, as every refusal of a
+    kernel's inputs is, but its own type: a caller can say "this backend cannot run here" in one
+    line for it without hiding a real error as the same."""
