@@ -82,9 +82,8 @@ def test_attention_matches_fp32_reference(b, sq, skv, hq, hkv, d, causal):
 @pytest.mark.parametrize("causal", [True, False])
 def test_rising_scores_and_a_spike_match_the_reference(causal):
     """Scores that rise along the keys by about 3 (base 2) per 128-key block, and one key whose
-    score jumps 60 above the trend: the forward's running maxima then lag their rows' true maxima
-    by less than its rescale slack (P up to 2^8, no rescale of O) and, block after block, by more
-    (a rescale), and jump once. Output and LSE must still match the fp32 reference; the LSE to
+    score jumps 60 above the trend: block after block the forward's running maxima move (a rescale
+    of O; with a RESCALE_SLACK above 3 they would lag instead, P up to 2^slack), and they jump once. Output and LSE must still match the fp32 reference; the LSE to
     1e-3 nats absolute, since the backward's P = exp(S - LSE) inherits that error relatively
     (a quarter of bf16's unit roundoff). Gradients are not compared: the spike saturates the
     softmax, so dQ is a tiny difference of large terms (the backward is unchanged by the slack
@@ -109,11 +108,12 @@ def test_rising_scores_and_a_spike_match_the_reference(causal):
 
 @pytest.mark.parametrize("scale", [1.0, 3.0], ids=["diffuse", "peaked"])
 def test_errors_stay_near_cudnns(scale):
-    """Against the fp32 reference, TK's out and gradients are at most 1.5x as far off as cuDNN
+    """Against the fp32 reference, TK's out and gradients are at most 1.1x as far off as cuDNN
     SDPA's on the same bf16 inputs. The fixed tolerances above would let a kernel lose accuracy
     that the loss curve then shows; this holds it to the baseline users come from. q and k scaled
     by 3 give scores of std 9: peaked rows, as in trained models, where a forward's rounding of the
-    dominant P shows (docs/benchmarks.md 4zk measured 1.16-1.21x for out there, 2026-12-05)."""
+    dominant P shows (docs/benchmarks.md 4zk-4zm: out 1.16-1.21x cuDNN's with a rescale slack of 8,
+    1.00x at the slack of 0 kept since)."""
     from kernels.thunderkittens.bench import cudnn_attention
 
     b, s, hq, hkv, d = 1, 2048, 16, 2, 128
@@ -130,7 +130,7 @@ def test_errors_stay_near_cudnns(scale):
         errors[name] = [_rel(g, w) for g, w in zip(got, want)]
     for i, name in enumerate(("out", "dq", "dk", "dv")):
         tk, cudnn = errors["tk"][i], errors["cudnn"][i]
-        assert tk <= 1.5 * cudnn, f"{name}: relative error {tk:.2e}, cuDNN's {cudnn:.2e}"
+        assert tk <= 1.1 * cudnn, f"{name}: relative error {tk:.2e}, cuDNN's {cudnn:.2e}"
 
 
 def test_autograd_including_lse_gradient():
