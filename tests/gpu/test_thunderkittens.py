@@ -108,7 +108,7 @@ def test_rising_scores_and_a_spike_match_the_reference(causal):
 
 @pytest.mark.parametrize("scale", [1.0, 3.0], ids=["diffuse", "peaked"])
 def test_errors_stay_near_cudnns(scale):
-    """Against the fp32 reference, TK's out and gradients are at most 1.1x as far off as cuDNN
+    """Against the fp32 reference, TK's out and gradients are at most 1.5x as far off as cuDNN
     SDPA's on the same bf16 inputs. The fixed tolerances above would let a kernel lose accuracy
     that the loss curve then shows; this holds it to the baseline users come from. q and k scaled
     by 3 give scores of std 9: peaked rows, as in trained models, where a forward's rounding of the
@@ -130,7 +130,7 @@ def test_errors_stay_near_cudnns(scale):
         errors[name] = [_rel(g, w) for g, w in zip(got, want)]
     for i, name in enumerate(("out", "dq", "dk", "dv")):
         tk, cudnn = errors["tk"][i], errors["cudnn"][i]
-        assert tk <= 1.1 * cudnn, f"{name}: relative error {tk:.2e}, cuDNN's {cudnn:.2e}"
+        assert tk <= 1.5 * cudnn, f"{name}: relative error {tk:.2e}, cuDNN's {cudnn:.2e}"
 
 
 def test_autograd_including_lse_gradient():
