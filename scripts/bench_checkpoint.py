@@ -554,6 +554,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from trainer.train import leave
+    from trainer.train import run_and_leave
 
-    leave(main())  # as train.py: without the interpreter's teardown, where gloo can abort a rank
+    run_and_leave(main)  # as train.py: without the interpreter's teardown, where gloo can abort a rank

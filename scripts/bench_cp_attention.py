@@ -245,8 +245,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from trainer.train import leave
+    from trainer.train import run_and_leave
 
     # Without the interpreter's teardown, where a gloo thread aborted a rank after a complete run
     # (CI, 2026-12-01): leave() says why.
-    leave(main())
+    run_and_leave(main)

@@ -175,5 +175,21 @@ def leave(status: int) -> NoReturn:
     os._exit(status)
 
 
+def run_and_leave(entry, *args) -> NoReturn:
+    """leave() with entry(*args)'s status; an exception out of it is printed as Python prints it and
+    leaves with status 1, as an uncaught exception does, so a failed run's exit does not go through
+    the teardown either (its abort would replace the traceback's status 1 with SIGABRT). SystemExit
+    keeps its own status (argparse's --help and usage errors), a KeyboardInterrupt leaves at once with
+    INTERRUPTED."""
+    try:
+        status = entry(*args)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        sys.excepthook(*sys.exc_info())
+        leave(INTERRUPTED if isinstance(exc, KeyboardInterrupt) else 1)
+    leave(status)
+
+
 if __name__ == "__main__":
-    leave(main())
+    run_and_leave(main)

@@ -50,3 +50,43 @@ def test_a_second_ctrl_c_leaves_at_once():
     assert proc.returncode == INTERRUPTED == 130
     assert "buffered, no newline" in proc.stdout  # what was printed still shows
     assert "atexit handler ran" not in proc.stdout and "thread finished" not in proc.stdout
+
+
+RAISING = textwrap.dedent("""
+    import atexit, sys
+    from trainer.train import run_and_leave
+    atexit.register(lambda: print("atexit handler ran", flush=True))
+    def entry(kind):
+        if kind == "error":
+            raise RuntimeError("the run failed here")
+        if kind == "ctrl-c":
+            raise KeyboardInterrupt
+        if kind == "exit":
+            sys.exit(3)
+        return 0
+    run_and_leave(entry, sys.argv[1])
+""")
+
+
+def _raise(kind: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RAISING, kind], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_an_exception_out_of_the_entry_prints_its_traceback_and_exits_1_through_leave():
+    proc = _raise("error")
+    assert proc.returncode == 1
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert "RuntimeError: the run failed here" in proc.stderr
+    assert "atexit handler ran" in proc.stdout  # leave()'s normal exit, not the second Ctrl-C's
+
+
+def test_a_keyboard_interrupt_out_of_the_entry_leaves_at_once_and_sys_exit_keeps_its_status():
+    from trainer.train import INTERRUPTED
+
+    proc = _raise("ctrl-c")
+    assert proc.returncode == INTERRUPTED
+    assert "KeyboardInterrupt" in proc.stderr and "atexit handler ran" not in proc.stdout
+    assert _raise("exit").returncode == 3
+    ok = _raise("ok")
+    assert ok.returncode == 0 and "atexit handler ran" in ok.stdout
