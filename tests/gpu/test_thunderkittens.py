@@ -108,12 +108,12 @@ def test_rising_scores_and_a_spike_match_the_reference(causal):
 
 @pytest.mark.parametrize("scale", [1.0, 3.0], ids=["diffuse", "peaked"])
 def test_errors_stay_near_cudnns(scale):
-    """Against the fp32 reference, TK's out and gradients are at most 1.5x as far off as cuDNN
+    """Against the fp32 reference, TK's out and gradients are at most 1.1x as far off as cuDNN
     SDPA's on the same bf16 inputs. The fixed tolerances above would let a kernel lose accuracy
     that the loss curve then shows; this holds it to the baseline users come from. q and k scaled
     by 3 give scores of std 9: peaked rows, as in trained models, where a forward's rounding of the
     dominant P shows (docs/benchmarks.md 4zk-4zm: out 1.16-1.21x cuDNN's with a rescale slack of 8,
-    1.00x at the slack of 0 kept since)."""
+    1.00x at the slack of 0 kept since; 4zn: at most 1.006x, dq at scale 1, on an H100)."""
     from kernels.thunderkittens.bench import cudnn_attention
 
     b, s, hq, hkv, d = 1, 2048, 16, 2, 128
@@ -130,7 +130,8 @@ def test_errors_stay_near_cudnns(scale):
         errors[name] = [_rel(g, w) for g, w in zip(got, want)]
     for i, name in enumerate(("out", "dq", "dk", "dv")):
         tk, cudnn = errors["tk"][i], errors["cudnn"][i]
-        assert tk <= 1.5 * cudnn, f"{name}: relative error {tk:.2e}, cuDNN's {cudnn:.2e}"
+        print(f"scale {scale} {name}: TK's error {tk / cudnn:.3f} x cuDNN's")  # pytest -rP shows it
+        assert tk <= 1.1 * cudnn, f"{name}: relative error {tk:.2e}, cuDNN's {cudnn:.2e}"
 
 
 def test_autograd_including_lse_gradient():
