@@ -176,11 +176,10 @@ def leave(status: int) -> NoReturn:
 
 
 def run_and_leave(entry, *args) -> NoReturn:
-    """leave() with entry(*args)'s status; an exception out of it is printed as Python prints it and
-    leaves with status 1, as an uncaught exception does, so a failed run's exit does not go through
-    the teardown either (its abort would replace the traceback's status 1 with SIGABRT). SystemExit
-    keeps its own status (argparse's --help and usage errors), a KeyboardInterrupt leaves at once with
-    INTERRUPTED."""
+    """leave() with entry(*args)'s status. An exception out of it is printed as Python prints it and
+    leaves with status 1, as an uncaught exception does, so a failed run's exit skips the teardown
+    too (an abort there would turn its status 1 into SIGABRT). SystemExit keeps its own status
+    (argparse's --help and usage errors); a KeyboardInterrupt leaves at once with INTERRUPTED."""
     try:
         status = entry(*args)
     except SystemExit:
