@@ -83,9 +83,10 @@ def test_attention_matches_fp32_reference(b, sq, skv, hq, hkv, d, causal):
 def test_rising_scores_and_a_spike_match_the_reference(causal):
     """Scores that rise along the keys by about 3 (base 2) per 128-key block, and one key whose
     score jumps 60 above the trend: block after block the forward's running maxima move (a rescale
-    of O; with a RESCALE_SLACK above 3 they would lag instead, P up to 2^slack), and they jump once. Output and LSE must still match the fp32 reference; the LSE to
-    1e-3 nats absolute, since the backward's P = exp(S - LSE) inherits that error relatively
-    (a quarter of bf16's unit roundoff). Gradients are not compared: the spike saturates the
+    of O; with a RESCALE_SLACK above 3 they would lag instead, P up to 2^slack), and they jump
+    once. Output and LSE must still match the fp32 reference; the LSE to 1e-3 nats absolute, since
+    the backward's P = exp(S - LSE) inherits that error relatively (a quarter of bf16's unit
+    roundoff). Gradients are not compared: the spike saturates the
     softmax, so dQ is a tiny difference of large terms (the backward is unchanged by the slack
     and reads only out and LSE, covered by the other tests)."""
     b, s, hq, hkv, d = 1, 2048, 4, 2, 128
