@@ -156,6 +156,21 @@ def test_token_source_reads_across_shards(tmp_path, monkeypatch):
         TokenSource(tmp_path / "empty")
 
 
+def test_token_source_names_the_shard_of_an_id_past_the_vocabulary(tmp_path):
+    tok = ByteTokenizer()  # vocab 258, uint16 ids
+    write_shard(tmp_path / "s00.bin", np.arange(100) % 258, tok)
+    write_shard(tmp_path / "s01.bin", np.arange(100) % 258, tok)
+    with open(tmp_path / "s01.bin", "r+b") as f:  # one flipped high bit: token 7 of s01 becomes 32,775
+        f.seek(2 * 7 + 1)
+        f.write(bytes([0x80]))
+    src = TokenSource(tmp_path, tok.fingerprint)
+    assert np.array_equal(src.gather(np.array([0, 50]), 50), [np.arange(50), np.arange(50, 100)])
+    msg = r"shard .*s01\.bin holds token id 32775 at index 7, but its header's vocab_size is 258"
+    with pytest.raises(ValueError, match=msg):
+        src.gather(np.array([0, 90]), 20)  # the second window straddles into s01
+    with pytest.raises(ValueError, match=msg):
+        src[100:110]
+
 def test_token_source_rejects_mixed_tokenizers(tmp_path):
     write_shard(tmp_path / "a.bin", np.arange(10), ByteTokenizer())
     other = SimpleNamespace(vocab_size=258, eos_id=257, fingerprint="bytes-v0")

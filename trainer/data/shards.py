@@ -339,7 +339,23 @@ class TokenSource:
                 out[r, filled : filled + hi - lo] = self.shard(k)[lo:hi]
                 filled += hi - lo
                 pos = int(self.offsets[k]) + hi
+        # A flipped bit or a foreign .bin under a valid header gives ids past the vocabulary; on a
+        # GPU the embedding would fail later as an opaque device-side assert. One max per batch.
+        if int(out.max()) >= self.vocab_size:
+            self._raise_bad_id(out, starts)
         return out
+
+    def _raise_bad_id(self, out: np.ndarray, starts: np.ndarray) -> None:
+        """ValueError naming the shard file and index of the first id >= vocab_size in `out`."""
+        row, col = (int(i) for i in np.argwhere(out >= self.vocab_size)[0])
+        t = int(starts[row]) + col
+        k = int(np.searchsorted(self.offsets, t, side="right")) - 1
+        raise ValueError(
+            f"dataset {self.name}: shard {self.paths[k]} holds token id {int(out[row, col])} at index "
+            f"{t - int(self.offsets[k])}, but its header's vocab_size is {self.vocab_size} (ids lie in "
+            f"[0, {self.vocab_size})): the .bin is corrupt or belongs to another tokenizer; re-make it "
+            f"with scripts/prepare_data.py"
+        )
 
     def __repr__(self) -> str:
         return f"TokenSource({self.name!r}, shards={len(self.paths)}, tokens={len(self)})"
