@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -170,6 +171,46 @@ def test_token_source_names_the_shard_of_an_id_past_the_vocabulary(tmp_path):
         src.gather(np.array([0, 90]), 20)  # the second window straddles into s01
     with pytest.raises(ValueError, match=msg):
         src[100:110]
+
+def _edit_header(path: Path, **values) -> None:
+    header = json.loads(path.read_text())
+    header.update(values)
+    path.write_text(json.dumps(header))
+
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("vocab_size", "258", r"must be a positive integer"),
+    ("vocab_size", None, r"must be a positive integer"),
+    ("eos_id", "257", r"must be an integer token id in \[0, vocab_size = 258\)"),
+    ("eos_id", 258, r"must be an integer token id in \[0, vocab_size = 258\)"),
+    ("count", True, r"must be a non-negative integer"),
+    ("tokenizer_fingerprint", 5, r"must be a string"),
+])
+def test_shard_header_fields_of_the_wrong_type_are_refused_naming_the_file(tmp_path, key, value, valid):
+    # Such a header used to pass: a string vocab_size failed at the first step as a TypeError
+    # inside gather(), and a string eos_id silently turned data.document_mask off.
+    tok = ByteTokenizer()
+    write_shard(tmp_path / "a.bin", np.arange(100) % 258, tok)
+    _edit_header(tmp_path / "a.json", **{key: value})
+    msg = rf"shard header .*a\.json: {key} {re.escape(json.dumps(value))} {valid}"
+    with pytest.raises(ValueError, match=msg):
+        open_shard(tmp_path / "a.bin")
+    with pytest.raises(ValueError, match=msg):
+        TokenSource(tmp_path)
+
+
+@pytest.mark.parametrize("key, value", [("eos_id", 5), ("vocab_size", 300)])
+def test_token_source_refuses_shards_whose_headers_disagree(tmp_path, key, value):
+    # The first header's eos_id and vocab_size stand for the folder: another shard's must match.
+    tok = ByteTokenizer()
+    write_shard(tmp_path / "a.bin", np.arange(100) % 258, tok)
+    write_shard(tmp_path / "b.bin", np.arange(100) % 258, tok)
+    _edit_header(tmp_path / "b.json", **{key: value})
+    msg = (rf"dataset folder .*: shard header b\.json has {key} {value} but a\.json has "
+           rf"{getattr(tok, key)}; .* re-make them with scripts/prepare_data\.py")
+    with pytest.raises(ValueError, match=msg):
+        TokenSource(tmp_path)
+
 
 def test_token_source_rejects_mixed_tokenizers(tmp_path):
     write_shard(tmp_path / "a.bin", np.arange(10), ByteTokenizer())

@@ -111,8 +111,23 @@ def read_header(bin_path: str | Path, expected_fingerprint: str | None = None) -
     if header["dtype"] not in _DTYPES:
         raise ValueError(f"shard header {hpath}: dtype {header['dtype']!r}, valid: {sorted(_DTYPES)}")
     count = header["count"]
-    if not isinstance(count, int) or count < 0:
-        raise ValueError(f"shard header {hpath}: count {count!r} must be a non-negative integer")
+    if not _is_int(count) or count < 0:
+        raise ValueError(
+            f"shard header {hpath}: count {json.dumps(count)} must be a non-negative integer")
+    # The reader compares ids with vocab_size and eos_id on every batch: a string or null there
+    # would surface at the first step as a TypeError inside gather(), and a string eos_id would
+    # match no token, so data.document_mask would silently mask nothing.
+    vocab = header["vocab_size"]
+    if not _is_int(vocab) or vocab < 1:
+        raise ValueError(f"shard header {hpath}: vocab_size {json.dumps(vocab)} must be a positive "
+                         "integer (the tokenizer's vocabulary size)")
+    eos = header["eos_id"]
+    if not _is_int(eos) or not 0 <= eos < vocab:
+        raise ValueError(f"shard header {hpath}: eos_id {json.dumps(eos)} must be an integer token "
+                         f"id in [0, vocab_size = {vocab})")
+    if not isinstance(header["tokenizer_fingerprint"], str):
+        raise ValueError(f"shard header {hpath}: tokenizer_fingerprint "
+                         f"{json.dumps(header['tokenizer_fingerprint'])} must be a string")
     itemsize = _DTYPES[header["dtype"]].itemsize
     try:
         size = bin_path.stat().st_size
@@ -130,6 +145,11 @@ def read_header(bin_path: str | Path, expected_fingerprint: str | None = None) -
             f"data.tokenizer, or set data.tokenizer to the one that made the shards"
         )
     return header
+
+
+def _is_int(value: Any) -> bool:
+    """A JSON integer: bool is an int subclass in Python, but `true` is no token count."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def open_shard(bin_path: str | Path, expected_fingerprint: str | None = None) -> tuple[np.ndarray, dict]:
@@ -270,6 +290,17 @@ class TokenSource:
                     f"dataset folder {self.folder} mixes tokenizers: {first_path.name} has "
                     f"{first['tokenizer_fingerprint']!r}, {p.name} has {header['tokenizer_fingerprint']!r}"
                 )
+            else:
+                # The first header's dtype, eos_id and vocab_size stand for every shard (memmaps,
+                # document mask, id check), so one that differs was edited or made elsewhere.
+                for key in ("dtype", "eos_id", "vocab_size"):
+                    if header[key] != first[key]:
+                        raise ValueError(
+                            f"dataset folder {self.folder}: shard header {header_path(p).name} has "
+                            f"{key} {header[key]!r} but {header_path(first_path).name} has "
+                            f"{first[key]!r}; the shards of one folder come from one tokenizer and "
+                            f"must agree: re-make them with scripts/prepare_data.py"
+                        )
             if header["count"]:
                 self.paths.append(p)
                 self.counts.append(header["count"])
