@@ -459,6 +459,26 @@ def test_token_source_checks_the_completion_marker(tmp_path):
         TokenSource(tmp_path)
 
 
+@pytest.mark.parametrize("shard_list, entry", [
+    ([["s0.bin"]], '["s0.bin"]'),
+    ([["s0.bin", "30"]], '["s0.bin", "30"]'),
+    ([["s0.bin", -1]], '["s0.bin", -1]'),
+    ([[30, "s0.bin"]], '[30, "s0.bin"]'),
+    ({"s0.bin": 30}, '{"s0.bin": 30}'),
+])
+def test_a_malformed_shard_list_in_the_marker_is_refused_naming_the_entry(tmp_path, shard_list, entry):
+    # Was "not enough values to unpack (expected 2, got 1)" or "invalid literal for int()".
+    from trainer.data.shards import write_complete_marker
+
+    tok = ByteTokenizer()
+    write_shard(tmp_path / "s0.bin", np.arange(30), tok)
+    write_complete_marker(tmp_path, {"shards": 1, "tokens": 30, "shard_list": shard_list})
+    msg = (rf"completion marker .*COMPLETE\.json: shard_list entry {re.escape(entry)} is not a "
+           r"\[\"NAME\.bin\", token count\] pair .*rerun the tool that made the folder")
+    with pytest.raises(ValueError, match=msg):
+        TokenSource(tmp_path, tok.fingerprint)
+
+
 def test_token_source_refuses_prepare_data_shards_without_marker(tmp_path):
     tok = ByteTokenizer()
     source = {"unit": {"kind": "txt", "files": [["a.txt", 3]]}, "part": 0, "parts": 1}

@@ -211,8 +211,8 @@ def check_complete(folder: Path, shards: list[tuple[str, dict]]) -> None:
     counts = {name: int(h["count"]) for name, h in shards}
     diffs: list[str] = []
     listed = marker.get("shard_list")
-    if isinstance(listed, list):
-        expected = {str(n): int(c) for n, c in listed}
+    if listed is not None:
+        expected = _listed_counts(folder, listed)
         missing = sorted(set(expected) - set(counts))
         extra = sorted(set(counts) - set(expected))
         changed = [f"{n} has {counts[n]} tokens, listed with {expected[n]}"
@@ -236,6 +236,22 @@ def check_complete(folder: Path, shards: list[tuple[str, dict]]) -> None:
             f"finished): {'; '.join(diffs)}. Shards were removed, added or changed since: restore the folder, "
             f"or rerun the scripts/prepare_data.py command that made it to redo the missing part"
         )
+
+
+def _listed_counts(folder: Path, listed: Any) -> dict[str, int]:
+    """COMPLETE.json's "shard_list" as {name: token count}. A damaged or hand-edited entry is
+    refused naming the marker and the entry: unpacked as it came, it failed as a bare "not enough
+    values to unpack" or "invalid literal for int()" that named neither."""
+    entries = listed if isinstance(listed, list) else [listed]
+    for entry in entries:
+        if not (isinstance(listed, list) and isinstance(entry, list) and len(entry) == 2
+                and isinstance(entry[0], str) and _is_int(entry[1]) and entry[1] >= 0):
+            raise ValueError(
+                f"completion marker {Path(folder) / COMPLETE_MARKER}: shard_list entry "
+                f"{json.dumps(entry)} is not a [\"NAME.bin\", token count] pair (shard_list is a "
+                "list of them, one per shard); the file is damaged or was edited: rerun the tool "
+                "that made the folder")
+    return {name: count for name, count in entries}
 
 
 def content_fingerprint(tokenizer_fingerprint: str, names: list[str], counts: list[int]) -> str:
