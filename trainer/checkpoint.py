@@ -74,7 +74,12 @@ from trainer.checkpoint_folders import (
     write_load_step_record,
     write_problem,
 )
-from trainer.checkpoint_errors import CheckpointWriteError, write_failure
+from trainer.checkpoint_errors import (
+    CheckpointReadError,
+    CheckpointWriteError,
+    read_failure,
+    write_failure,
+)
 from trainer.checkpoint_memory import (
     RAM_FILESYSTEMS,
     async_shortfall,
@@ -352,7 +357,7 @@ class CheckpointManager:
             has_rng = has_section(metadata, f"rng.{rng_key}")
             if has_rng:
                 state["rng"] = {rng_key: section_template(metadata, f"rng.{rng_key}.")}
-        dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
+        self._read(state, path)
         set_model_state_dict(t.model, state["model"])
         if model_only:
             logger.info(f"checkpoint: loaded the model weights of {path} in "
@@ -405,7 +410,7 @@ class CheckpointManager:
                             "titankit): only the shapes of its weights are checked")
             return
         state: dict[str, Any] = {"train": {"model_identity": None}}  # one bytes item
-        dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
+        self._read(state, path)
         saved = model_id.loads(state["train"]["model_identity"], f"checkpoint {path}")
         current = self.trainer.model_identity
         keys = model_id.differences(saved, current)
@@ -426,9 +431,17 @@ class CheckpointManager:
                         + ("its weights load where their shapes fit" if initial else
                            "a resume may change these (same model function, or training settings)"))
 
+    def _read(self, state: dict[str, Any], path: Path) -> None:
+        """dcp.load `state` from step folder `path` (collective). A shard that cannot be read fails
+        on every rank alike (DCP gathers each rank's failure), so all raise the same error."""
+        try:
+            dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
+        except CheckpointException as exc:
+            raise CheckpointReadError(read_failure(self.root, path, exc)) from exc
+
     def _load_sections(self, path: Path, metadata: Any, names: tuple[str, ...]) -> dict[str, Any]:
         state = {name: section_template(metadata, f"{name}.") for name in names}
-        dcp.load(state, storage_reader=FileSystemReader(str(path)), process_group=self.group)
+        self._read(state, path)
         return state
 
     def _check_stream(self, path: Path, data: dict[str, Any]) -> None:

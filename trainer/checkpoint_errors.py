@@ -13,7 +13,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from trainer.checkpoint_folders import complete_step_folders
+from trainer.checkpoint_folders import STEP_RE, complete_step_folders
 
 # A rank's failure is shown up to this many characters (the first line of its message).
 _SHOWN_CHARS = 240
@@ -22,6 +22,13 @@ _SHOWN_CHARS = 240
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written. The message names the folder, the cause, the free space
     and the checkpoint a relaunch continues from; trainer/train.py prints it as one line per rank."""
+
+
+class CheckpointReadError(RuntimeError):
+    """A complete-looking checkpoint could not be read. The message names the folder, each rank's
+    cause and the checkpoints to continue from instead; trainer/train.py prints it as one line per
+    rank. DCP raises CheckpointException, a BaseException, which the start-up's handler (it takes
+    Exception types) let through as a 150-line traceback per rank that named no folder."""
 
 
 def causes(exc: BaseException) -> list[BaseException]:
@@ -114,3 +121,24 @@ def write_failure(root: Path, path: Path, exc: BaseException, rank_bytes: int | 
     return (f"checkpoint {path} could not be written ({full + '; ' if full else ''}{space}): "
             f"{summary(exc)}. The folder stays incomplete and a relaunch skips it; the newest "
             f"complete checkpoint is {last}. {advice}{then}")
+
+
+def read_failure(root: Path, path: Path, exc: BaseException) -> str:
+    """The message for a failed read of step folder `path`; `root` is this run's checkpoint folder.
+    The folder passed the completeness check (its .metadata reads and every shard file is as long
+    as it records), so what failed is the content: a corrupt copy, bit rot, an I/O error."""
+    path = Path(path)
+    head = (f"checkpoint {path} could not be read: {summary(exc)}. Its files are damaged or "
+            "unreadable (every shard file is as long as its .metadata records, so it was not "
+            "skipped as incomplete); the run stops here and nothing on disk was changed")
+    if path.parent != Path(root):  # checkpoint.initial_load_path: another run's folder
+        return f"{head}. Pass another checkpoint as checkpoint.initial_load_path"
+    steps = [s for s, _ in complete_step_folders(root, warn=False)] if Path(root).is_dir() else []
+    match = STEP_RE.match(path.name)
+    older = [s for s in steps if match and s < int(match.group(1))]
+    if not older:
+        return (f"{head}. {root} holds no older complete checkpoint; restore the folder from a "
+                "copy, or move it out of there to start this run at step 0")
+    return (f"{head}. To resume from the newest older one, set checkpoint.load_step = {older[-1]} "
+            f"(complete ones in {root}: {steps}), or move {path.name} out of {root}; a relaunch "
+            f"then continues from step-{older[-1]}")

@@ -25,7 +25,7 @@ import torch.nn as nn
 from torch.distributed.checkpoint import FileSystemWriter
 
 from trainer.checkpoint import CheckpointManager
-from trainer.checkpoint_errors import CheckpointWriteError
+from trainer.checkpoint_errors import CheckpointReadError, CheckpointWriteError
 from tests.helpers.one_rank import one_rank_group
 from trainer.config.schema import JobConfig
 
@@ -239,6 +239,34 @@ def test_truncated_newest_falls_back_to_previous(tmp_path):
     t3, mgr3 = start(tmp_path, interval=2)
     assert t3.step == 6
     mgr3.close()
+
+
+def test_a_damaged_checkpoint_of_full_length_names_the_folder_and_the_one_to_resume_instead(tmp_path):
+    # Bytes changed in place (a bad copy, bit rot) keep every file's length, so the folder counts
+    # as complete; DCP's failure is a BaseException, which start-up let through as a traceback.
+    t, mgr = start(tmp_path, interval=2, keep_latest_k=0)
+    run(t, 6, mgr)
+    mgr.close()
+    ckpt = tmp_path / "checkpoint"
+    shard = next((ckpt / "step-6").glob("*.distcp"))
+    shard.write_bytes(b"\xff" * shard.stat().st_size)
+    before = {p.name: p.read_bytes() for p in (ckpt / "step-6").iterdir()}
+    with pytest.raises(CheckpointReadError) as err:
+        start(tmp_path, interval=2)
+    msg = str(err.value)
+    assert msg.startswith(f"checkpoint {ckpt / 'step-6'} could not be read: rank 0: "), msg
+    assert "damaged or unreadable" in msg and "nothing on disk was changed" in msg
+    assert (f"set checkpoint.load_step = 4 (complete ones in {ckpt}: [2, 4, 6]), or move step-6 "
+            f"out of {ckpt}; a relaunch then continues from step-4") in msg
+    assert "\n" not in msg and "Traceback" not in msg
+    assert {p.name: p.read_bytes() for p in (ckpt / "step-6").iterdir()} == before
+    t2, mgr2 = start(tmp_path, interval=2, load_step=4)  # the advice works
+    assert t2.step == 4
+    mgr2.close()
+    # Another run's checkpoint (initial_load_path) gets the advice that fits it.
+    with pytest.raises(CheckpointReadError, match=r"could not be read: .*Pass another checkpoint as "
+                       r"checkpoint\.initial_load_path$"):
+        start(tmp_path / "other", initial_load_path=str(ckpt / "step-6"))
 
 
 def test_a_partial_folder_of_a_later_step_is_kept_until_that_step_is_saved(tmp_path):
