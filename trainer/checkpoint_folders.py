@@ -93,6 +93,14 @@ def resolve_checkpoint(path: Path, name: str, warn: bool = True) -> Path:
     step-N), or a folder of step-N folders (a run's checkpoint/), meaning its newest complete one.
     checkpoint.initial_load_path and scripts/convert_checkpoint.py both take a path this way, so one
     path means one checkpoint to both. `name` starts each error (the key or argument)."""
+    if path.exists() and not path.is_dir():
+        # A file of the checkpoint itself (its .metadata or a shard, picked in a file dialog or by
+        # tab completion) names the step folder that holds it: say so, not "no such folder".
+        if (path.parent / ".metadata").is_file():
+            raise ValueError(f"{name} is a file, not a folder: it lies in the checkpoint "
+                             f"{path.parent}; pass that folder")
+        raise ValueError(f"{name} is a file, not a folder; pass a step folder "
+                         "(<run>/checkpoint/step-N) or a run's checkpoint/ folder")
     if not path.is_dir():
         raise ValueError(f"{name}: no such folder; pass a step folder (<run>/checkpoint/step-N) or "
                          "a run's checkpoint/ folder")

@@ -481,6 +481,15 @@ def test_initial_load_path(tmp_path):
     m.close()
     with pytest.raises(ValueError, match="initial_load_path.*no such folder"):
         start(tmp_path / "dst3", initial_load_path=str(tmp_path / "nope"))
+    # A file of the checkpoint (its .metadata) is not "no such folder": the error names the folder.
+    step3 = tmp_path / "src" / "checkpoint" / "step-3"
+    with pytest.raises(ValueError, match=rf"initial_load_path = '{step3 / '.metadata'}' is a file, not "
+                       rf"a folder: it lies in the checkpoint {step3}; pass that folder$"):
+        start(tmp_path / "dst4", initial_load_path=str(step3 / ".metadata"))
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"initial_load_path = '.*notes\.txt' is a file, not a folder; "
+                       r"pass a step folder"):
+        start(tmp_path / "dst5", initial_load_path=str(tmp_path / "notes.txt"))
 
 
 class SlowWriter(FileSystemWriter):
