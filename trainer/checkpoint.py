@@ -649,6 +649,14 @@ class CheckpointManager:
 
         def clear() -> None:
             self.root.mkdir(parents=True, exist_ok=True)
+            target = step_folder(self.root, step)
+            if not target.is_dir() and (target.exists() or target.is_symlink()):
+                # A file or a broken link of this name is no checkpoint (resumes pass over it), but
+                # DCP cannot make the folder there: the save would fail after `interval` steps of
+                # training, and again after each relaunch. Keep it, under another name.
+                what = "a broken link" if target.is_symlink() else "a file"
+                set_aside(target, f"it is {what}, not a step folder, and this run saves step "
+                                  f"{step} there")
             for s, path in list_step_folders(self.root):
                 # The first save of a run also clears the complete steps after the one it started
                 # from: they exist only after a rewind (checkpoint.load_step), belong to the

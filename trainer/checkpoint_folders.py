@@ -148,7 +148,8 @@ def apply_retention(root: Path, keep: int) -> list[Path]:
 
 
 def set_aside(path: Path, why: str) -> Path:
-    """Rename a complete folder out of the `step-N` namespace (never delete a user's checkpoint)."""
+    """Rename a complete folder (or a file in a step folder's place) out of the `step-N` namespace
+    (never delete a user's checkpoint)."""
     target = path.with_name(f"{path.name}.superseded")
     n = 1
     while target.exists():

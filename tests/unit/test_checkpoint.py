@@ -269,6 +269,29 @@ def test_a_damaged_checkpoint_of_full_length_names_the_folder_and_the_one_to_res
         start(tmp_path / "other", initial_load_path=str(ckpt / "step-6"))
 
 
+def test_a_file_in_the_place_of_a_step_folder_is_kept_aside_and_the_save_goes_on(tmp_path):
+    # Resumes pass over a file named step-N, but the save of step N failed on it (FileExistsError)
+    # after the steps before it were trained, and again after every relaunch.
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    ckpt = tmp_path / "checkpoint"
+    (ckpt / "step-4").write_text("notes")
+    (ckpt / "step-6").symlink_to(tmp_path / "unmounted" / "step-6")  # a broken link
+    with captured_warnings() as warns:
+        run(t, 4, mgr)
+    mgr.close()
+    assert steps_on_disk(tmp_path) == ["step-2", "step-4", "step-4.superseded", "step-6",
+                                       "step-6.superseded"]
+    assert (ckpt / "step-4.superseded").read_text() == "notes"
+    assert (ckpt / "step-6.superseded").is_symlink()
+    assert any(f"checkpoint {ckpt / 'step-4'} renamed to step-4.superseded: it is a file, not a step "
+               "folder, and this run saves step 4 there" in w for w in warns), warns
+    assert any("step-6.superseded: it is a broken link" in w for w in warns), warns
+    t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 6
+    mgr2.close()
+
+
 def test_a_partial_folder_of_a_later_step_is_kept_until_that_step_is_saved(tmp_path):
     # step-4 and step-6 complete, then step-6 is cut short; the relaunch resumes step-4 and saves
     # step 5. That save must not delete step-6 ("before saving the same step again" would be
