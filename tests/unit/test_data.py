@@ -172,6 +172,7 @@ def test_token_source_names_the_shard_of_an_id_past_the_vocabulary(tmp_path):
     with pytest.raises(ValueError, match=msg):
         src[100:110]
 
+
 def _edit_header(path: Path, **values) -> None:
     header = json.loads(path.read_text())
     header.update(values)
