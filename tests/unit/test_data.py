@@ -480,6 +480,31 @@ def test_a_malformed_shard_list_in_the_marker_is_refused_naming_the_entry(tmp_pa
         TokenSource(tmp_path, tok.fingerprint)
 
 
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("shards", "1", "a shard count"), ("tokens", 30.5, "a token count"), ("tokens", -1, "a token count"),
+    ("tokenizer", 7, "a tokenizer fingerprint string"),
+])
+def test_a_marker_field_of_the_wrong_type_is_refused_not_skipped(tmp_path, key, value, valid):
+    # check_complete compared only ints (and a str tokenizer), so another type skipped its check.
+    from trainer.data.shards import write_complete_marker
+
+    tok = ByteTokenizer()
+    write_shard(tmp_path / "s0.bin", np.arange(30), tok)
+    write_complete_marker(tmp_path, {"shards": 1, "tokens": 30, "tokenizer": tok.fingerprint, key: value})
+    msg = rf"completion marker .*COMPLETE\.json: {key} {re.escape(json.dumps(value))} is not {valid}; "
+    with pytest.raises(ValueError, match=msg):
+        TokenSource(tmp_path, tok.fingerprint)
+
+
+def test_a_shard_header_of_another_version_says_which_one_the_reader_knows(tmp_path):
+    tok = ByteTokenizer()
+    write_shard(tmp_path / "a.bin", np.arange(10), tok)
+    _edit_header(tmp_path / "a.json", version="1")
+    with pytest.raises(ValueError, match=r"a\.json: version \"1\", this reader knows 1 \(the integer\)"):
+        TokenSource(tmp_path)
+
+
 def test_token_source_refuses_prepare_data_shards_without_marker(tmp_path):
     tok = ByteTokenizer()
     source = {"unit": {"kind": "txt", "files": [["a.txt", 3]]}, "part": 0, "parts": 1}

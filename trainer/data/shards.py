@@ -107,7 +107,8 @@ def read_header(bin_path: str | Path, expected_fingerprint: str | None = None) -
     if missing:
         raise ValueError(f"shard header {hpath} lacks {missing}; expected keys {list(_REQUIRED)}")
     if header["version"] != SHARD_VERSION:
-        raise ValueError(f"shard header {hpath}: version {header['version']!r}, this reader knows {SHARD_VERSION}")
+        raise ValueError(f"shard header {hpath}: version {json.dumps(header['version'])}, this reader knows "
+                         f"{SHARD_VERSION} (the integer); re-make the shard with scripts/prepare_data.py")
     if header["dtype"] not in _DTYPES:
         raise ValueError(f"shard header {hpath}: dtype {header['dtype']!r}, valid: {sorted(_DTYPES)}")
     count = header["count"]
@@ -179,7 +180,17 @@ def read_complete_marker(folder: str | Path) -> dict | None:
             f"completion marker {path} is not valid JSON ({e}); rerun the tool that made the folder") from e
     if not isinstance(marker, dict):
         raise ValueError(f"completion marker {path} is not a JSON object; rerun the tool that made the folder")
+    # check_complete compares these with the shards; one of another type would skip its check unseen.
+    for key, ok, valid in (("shards", _is_count, "a shard count"), ("tokens", _is_count, "a token count"),
+                           ("tokenizer", lambda v: isinstance(v, str), "a tokenizer fingerprint string")):
+        if key in marker and not ok(marker[key]):
+            raise ValueError(f"completion marker {path}: {key} {json.dumps(marker[key])} is not {valid}; "
+                             "the file is damaged or was edited: rerun the tool that made the folder")
     return marker
+
+
+def _is_count(value: Any) -> bool:
+    return _is_int(value) and value >= 0
 
 
 def remove_complete_marker(folder: str | Path) -> None:
