@@ -152,6 +152,10 @@ def test_missing_include_names_including_file_and_path(tmp_path):
     msg = str(exc.value)
     assert str(main) in msg and "nope/base.toml" in msg and "not found" in msg
 
+    (tmp_path / "nope").mkdir()  # the folder exists, the file in it is what was meant
+    main = write(tmp_path / "main.toml", 'include = ["nope"]\n')
+    with pytest.raises(ConfigError, match=rf"{main}: include 'nope' is a directory .*; name a TOML file in it"):
+        load_file(main)
 
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="command line: config file .*absent.toml.* not found"):

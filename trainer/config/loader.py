@@ -143,6 +143,9 @@ def load_toml_tree(
         inc_path = Path(inc).expanduser()
         if not inc_path.is_absolute():
             inc_path = path.parent / inc_path
+        if inc_path.is_dir():
+            raise ConfigError(f"{path}: include {inc!r} is a directory ({inc_path.resolve()}); name a "
+                              "TOML file in it (include paths are relative to the including file)")
         if not inc_path.is_file():
             raise ConfigError(
                 f"{path}: included file {inc!r} not found (looked for {inc_path.resolve()}; "
