@@ -91,6 +91,12 @@ def test_hf_tokenizer_specials_from_config_and_errors(tmp_path):
     assert tok.eos_id == tok.bos_id == tok._tok.token_to_id("<|endoftext|>")
     (a / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<mine>"}}))
     assert HFTokenizer(path).eos_id == tok._tok.token_to_id("<mine>")
+    (a / "tokenizer_config.json").write_text(json.dumps({"eos_token": 5, "bos_token": None}))
+    with pytest.raises(ValueError, match=r"tokenizer_config\.json: eos_token 5 is not a token: write its text"):
+        HFTokenizer(path)  # an id where the text belongs; was "no tokenizer_config.json names one"
+    (a / "tokenizer_config.json").write_text("[]")
+    with pytest.raises(ValueError, match=r"tokenizer_config\.json \(beside .*\) is not a JSON object"):
+        HFTokenizer(path)
 
     no_eos = make_hf_tokenizer(b, specials=("<pad>",))
     with pytest.raises(ValueError, match="cannot determine the EOS token of .*tokenizer.json"):

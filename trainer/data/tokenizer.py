@@ -120,10 +120,17 @@ class HFTokenizer:
                 cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError) as e:
                 raise ValueError(f"{cfg_path} (beside {self.path}) is not valid JSON: {e}") from e
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{cfg_path} (beside {self.path}) is not a JSON object")
             for key in ("eos_token", "bos_token"):
                 content = _token_content(cfg.get(key))
                 if content is not None:
                     named[key] = content
+                elif cfg.get(key) is not None:  # null is HF's "none"; anything else is a mistake
+                    raise ValueError(
+                        f"{cfg_path}: {key} {json.dumps(cfg[key])} is not a token: write its text, e.g. "
+                        f"\"{key}\": \"<|end_of_text|>\", or {{\"content\": \"...\"}}"
+                    )
 
         def lookup(key: str, candidates: Sequence[str]) -> int | None:
             if key in named:
