@@ -38,6 +38,7 @@ from trainer.parallel.fsdp import grad_sync_interval, reshard_after_last_backwar
 from trainer.parallel.init import seeded_init_fn
 from trainer.preemption import PreemptionWatcher, stop_label
 from trainer.run_lock import lock_run_folder
+from trainer.state_memory import check_state_fits
 from trainer.profiling import StepProfiler
 
 
@@ -155,6 +156,9 @@ class Trainer:
 
             convert_to_float8_training(model, cfg.float8)
         model = parallelize(model, self.dims, cfg)
+        # Each rank's shards are known now and nothing is allocated yet: a state that cannot fit
+        # stops here with its sizes, not as the OOM killer's -9 or a CUDA OOM after the init.
+        check_state_fits(model, self.device)
         model.to_empty(device=self.device)
         with torch.no_grad():
             model.init_weights(init_fn=seeded_init_fn(cfg.run.seed, self.device),
