@@ -1,8 +1,9 @@
 """Start-up check that each rank's training state fits in its memory, before any of it exists.
 
 The model is on the meta device and already parallelized here, so each parameter's local shard is
-known. Training keeps, per parameter element, the parameter, its gradient and AdamW's two moments,
-all in the parameter's dtype (FSDP2 reduce-scatters gradients into the sharded parameter's dtype).
+known. Training keeps, per parameter element, the parameter and, when it is trained, its gradient
+and AdamW's two moments, all in the parameter's dtype (FSDP2 reduce-scatters gradients into the
+sharded parameter's dtype).
 That sum is a lower bound: activations, communication buffers and the allocator's slack come on
 top. Refusing only when the lower bound exceeds what the device has never refuses a run that could
 have fitted, and it replaces what a user would otherwise meet: on CPU the kernel's OOM killer
@@ -26,8 +27,8 @@ from torch.distributed.tensor import DTensor
 from trainer.checkpoint_memory import mem_available
 
 GiB = 2**30
-# Parameter, gradient, AdamW exp_avg and exp_avg_sq: each as large as the parameter's local shard.
-COPIES = 4
+# A trained parameter's gradient, AdamW exp_avg and exp_avg_sq: each as large as its local shard.
+TRAINED_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ def state_bytes(model: torch.nn.Module) -> int:
     total = 0
     for p in model.parameters():
         local = p.to_local() if isinstance(p, DTensor) else p
-        total += COPIES * local.numel() * local.element_size()
+        copies = 1 + (TRAINED_COPIES if p.requires_grad else 0)
+        total += copies * local.numel() * local.element_size()
     return total
 
 

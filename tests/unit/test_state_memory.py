@@ -9,11 +9,13 @@ import torch.nn as nn
 from trainer.state_memory import GiB, RankMemory, shortfall, state_bytes
 
 
-def test_state_bytes_counts_four_copies_of_each_local_shard():
+def test_state_bytes_counts_four_copies_of_each_trained_local_shard():
     with torch.device("meta"):
         model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2, bias=False).to(torch.bfloat16))
     # fp32 Linear: 40 elements x 4 bytes; bf16 Linear: 16 elements x 2 bytes; four copies of each.
     assert state_bytes(model) == 4 * (40 * 4 + 16 * 2)
+    model[1].weight.requires_grad_(False)  # frozen: no gradient, no moments
+    assert state_bytes(model) == 4 * 40 * 4 + 16 * 2
 
 
 def test_state_bytes_of_an_fsdp_sharded_model_is_the_local_shard():
