@@ -139,6 +139,10 @@ def test_shard_validation_errors(tmp_path):
         open_shard(tmp_path / "a.bin")
     with pytest.raises(ValueError, match=r"a\.bin is 999 bytes"):
         TokenSource(tmp_path)
+    (tmp_path / "a.bin").unlink()
+    (tmp_path / "a.bin").mkdir()
+    with pytest.raises(ValueError, match=r"shard .*a\.bin is a folder, not a file of tokens"):
+        open_shard(tmp_path / "a.bin")
 
 
 def test_token_source_reads_across_shards(tmp_path, monkeypatch):

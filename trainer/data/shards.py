@@ -134,6 +134,9 @@ def read_header(bin_path: str | Path, expected_fingerprint: str | None = None) -
         size = bin_path.stat().st_size
     except FileNotFoundError:
         raise ValueError(f"shard {bin_path} is missing (its header {hpath.name} exists)") from None
+    if bin_path.is_dir():  # its st_size (4096) would read as a truncated shard
+        raise ValueError(f"shard {bin_path} is a folder, not a file of tokens (its header {hpath.name} "
+                         "names a shard there); move the folder or regenerate the shard")
     if size != count * itemsize:
         raise ValueError(
             f"shard {bin_path} is {size} bytes but its header says {count} {header['dtype']} tokens "
