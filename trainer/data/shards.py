@@ -259,7 +259,7 @@ def _listed_counts(folder: Path, listed: Any) -> dict[str, int]:
     entries = listed if isinstance(listed, list) else [listed]
     for entry in entries:
         if not (isinstance(listed, list) and isinstance(entry, list) and len(entry) == 2
-                and isinstance(entry[0], str) and _is_int(entry[1]) and entry[1] >= 0):
+                and isinstance(entry[0], str) and _is_count(entry[1])):
             raise ValueError(
                 f"completion marker {Path(folder) / COMPLETE_MARKER}: shard_list entry "
                 f"{json.dumps(entry)} is not a [\"NAME.bin\", token count] pair (shard_list is a "
