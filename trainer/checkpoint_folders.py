@@ -5,6 +5,9 @@ coordinator writes last (temp file, then rename) once every rank has reported it
 Here a folder counts as complete only when `.metadata` parses AND every shard it references exists
 and is at least as long as the byte ranges recorded for it: a disk-full write, a copy cut short or a
 deleted shard is caught before any rank starts loading, and the previous complete folder is used.
+Bytes damaged in place are found by the checksums in the folder's `.checksums/` subfolder
+(trainer/checkpoint_checksums.py); nothing here reads that subfolder, and it moves, and goes, with
+its step folder (set_aside, apply_retention).
 """
 
 from __future__ import annotations
@@ -49,6 +52,19 @@ def read_metadata(path: Path) -> Metadata:
     return FileSystemReader(str(path)).read_metadata()
 
 
+def shard_lengths(metadata: Metadata) -> dict[str, int]:
+    """The shard files a checkpoint's metadata references (relative paths) and the bytes each must
+    hold: the end of the furthest item stored in it."""
+    need: dict[str, int] = {}
+    storage = metadata.storage_data if isinstance(metadata.storage_data, dict) else {}
+    for info in storage.values():
+        rel = getattr(info, "relative_path", None)
+        if rel is None:
+            continue
+        need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
+    return need
+
+
 def incomplete_reason(path: Path) -> str | None:
     """None when `path` is a complete DCP checkpoint, else why it is not (for a warning)."""
     path = Path(path)
@@ -58,15 +74,7 @@ def incomplete_reason(path: Path) -> str | None:
         metadata = read_metadata(path)
     except Exception as exc:  # a truncated pickle raises EOFError, UnpicklingError, ...
         return f"its .metadata is unreadable ({type(exc).__name__}: {exc})"
-    # Bytes each shard file must hold: the end of the furthest item stored in it.
-    need: dict[str, int] = {}
-    storage = metadata.storage_data if isinstance(metadata.storage_data, dict) else {}
-    for info in storage.values():
-        rel = getattr(info, "relative_path", None)
-        if rel is None:
-            continue
-        need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
-    for rel, n_bytes in sorted(need.items()):
+    for rel, n_bytes in sorted(shard_lengths(metadata).items()):
         shard = path / rel
         if not shard.is_file():
             return f"its shard {rel} is missing"
