@@ -152,6 +152,12 @@ class Checkpoint:
     with another data.dataset, data.tokenizer, training.seq_len, resolved training.global_batch_size
     or run.seed. true continues anyway, on purpose: the saved step, optimizer and sample index go on
     in the new stream, and a warning lists what changed."""
+    verify_checksums: bool = True
+    """Before a load reads a checkpoint (a resume, load_step or initial_load_path), check its files
+    against the CRC32 checksums recorded when it was saved: damaged bytes stop the run naming each
+    file. It reads the whole checkpoint once more, split across the ranks; false skips this on slow
+    filesystems, and damage then goes unseen (DCP may fail or load wrong numbers). Saves always
+    record the checksums."""
 
 
 @dataclass
