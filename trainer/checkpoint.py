@@ -18,7 +18,8 @@ applied once per checkpoint folder, recorded in load_step.json, _choose_load_ste
 checkpoint.initial_load_path; else a fresh start. A load of more than weights continues the saved
 data stream, so it first checks that this run reads the same stream (_check_stream); a resume of the
 run's own checkpoints also checks that it builds the same model (_check_model). See
-trainer/checkpoint_folders.py for what "complete" means and trainer/preemption.py for SIGTERM /
+trainer/checkpoint_folders.py for what "complete" means, trainer/checkpoint_checksums.py for the
+checksums every save records and every load checks (_verify), and trainer/preemption.py for SIGTERM /
 SIGUSR1.
 """
 
@@ -32,6 +33,7 @@ import random
 import signal
 import socket
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -74,10 +76,13 @@ from trainer.checkpoint_folders import (
     write_load_step_record,
     write_problem,
 )
+from trainer.checkpoint_checksums import Recorded, check_files, expected_checksums, record_rank, share
 from trainer.checkpoint_errors import (
     CheckpointReadError,
     CheckpointWriteError,
+    damage_failure,
     read_failure,
+    size,
     write_failure,
 )
 from trainer.checkpoint_memory import (
@@ -158,7 +163,7 @@ class _Pending:
 
     step: int
     path: Path
-    future: Any  # concurrent.futures.Future
+    future: Future  # DCP's write, then this rank's checksums (_checksummed); its result: Recorded
     started: float
     staged_s: float
     rank_bytes: int | None = None  # what this rank writes, for the message of a failed write
@@ -197,6 +202,9 @@ class CheckpointManager:
         # the write in flight (_wait).
         self._stager: Any | None = None
         self._stager_checked = False
+        # Records the checksums of an async save once its write is done, off the training thread
+        # (_checksummed); made at the first async save.
+        self._hasher: ThreadPoolExecutor | None = None
         self._async_verdict: bool | None = None  # set by the first async save (_async_fits)
         # The step this run started from (load), whether its first save has set aside the complete
         # folders after it (_prepare), and, on rank 0, the checkpoint.load_step rewind this run
@@ -332,6 +340,7 @@ class CheckpointManager:
     def _load(self, path: Path, model_only: bool, initial: bool = False) -> None:
         t = self.trainer
         t0 = time.perf_counter()
+        self._verify(path)  # before any rank reads a shard (_check_model below reads one)
         metadata = read_metadata(path)
         model_sd = get_model_state_dict(t.model)
         self._check_model(path, metadata, initial)  # a change that keeps every shape, too
@@ -430,6 +439,36 @@ class CheckpointManager:
             logger.info(f"checkpoint {path} was saved with other model settings ({changes}); "
                         + ("its weights load where their shapes fit" if initial else
                            "a resume may change these (same model function, or training settings)"))
+
+    def _verify(self, path: Path) -> None:
+        """Collective: check step folder `path`'s files against the checksums recorded when it was
+        saved, each rank a share of them; any difference raises the same CheckpointReadError on
+        every rank, naming each damaged file. Files without a readable checksum load unverified,
+        with a warning (trainer/checkpoint_checksums.py says why)."""
+        if not self.cfg.verify_checksums:
+            if self.rank == 0:
+                logger.info(f"checkpoint.verify_checksums = false: {path} is loaded without checking "
+                            "its files against their checksums")
+            return
+        t0 = time.perf_counter()
+        # One rank reads the records, so every rank checks against the same list and notes.
+        expected = self._on_rank0(lambda: expected_checksums(path))
+        if self.rank == 0:
+            for note in expected.notes:
+                logger.warning(note)
+        names = sorted(expected.files)
+        mine = share(names, self.rank, self.world_size)
+        found = check_files(path, expected.files, mine)
+        every: list[Any] = [None] * self.world_size
+        dist.all_gather_object(every, found, group=self.group)
+        damaged = sorted(d for part in every for d in part)
+        if damaged:
+            raise CheckpointReadError(damage_failure(self.root, path, damaged, len(names)))
+        if names and self.rank == 0:
+            total = sum(expected.files[n][0] for n in names)
+            logger.info(f"checkpoint: {len(names)} files ({size(total)}) of {path} match their "
+                        f"checksums, checked by {self.world_size} rank(s) in "
+                        f"{time.perf_counter() - t0:.2f}s")
 
     def _read(self, state: dict[str, Any], path: Path) -> None:
         """dcp.load `state` from step folder `path` (collective). A shard that cannot be read fails
@@ -535,11 +574,12 @@ class CheckpointManager:
         if blocking or not self._async_fits(state):
             try:
                 dcp.save(state, storage_writer=writer, process_group=self.group)
+                recorded = record_rank(path, self.rank)
             except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
                 raise CheckpointWriteError(write_failure(self.root, path, exc, state_bytes(state))) \
                     from exc
             self._last_saved = step
-            self._finish(step, path, t0, None)
+            self._finish(step, path, t0, None, recorded)
             return
         # async_save copies every tensor to host memory before it returns, so later optimizer steps
         # cannot change what is being written; the reused stager (or, on old torch, the writer
@@ -554,12 +594,25 @@ class CheckpointManager:
             blocked = _CHILD_BLOCKED_SIGNALS
         with _signals_blocked(blocked):
             response = dcp.async_save(state, storage_writer=writer, process_group=self.group, **kwargs)
-        future = getattr(response, "upload_completion", response)
+        future = self._checksummed(getattr(response, "upload_completion", response), path)
         staged = time.perf_counter() - t0
         self._pending = _Pending(step, path, future, t0, staged, state_bytes(state))
         self._last_saved = step
         logger.info(f"checkpoint step-{step}: staged in {staged:.2f}s, writing in the background "
                     f"({'a writer process' if self.writer == 'process' else 'a writer thread'})")
+
+    def _checksummed(self, written: Future, path: Path) -> Future:
+        """A future of DCP's async write followed by this rank's checksum record of `path`, which a
+        thread of its own computes: the training loop goes on meanwhile (zlib and file reads release
+        the GIL), with either writer. No collective runs there, so ranks need not agree on it."""
+        if self._hasher is None:
+            self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="titankit-checksums")
+
+        def then_record() -> Recorded:
+            written.result()  # the write's own failure, raised as it came
+            return record_rank(path, self.rank)
+
+        return self._hasher.submit(then_record)
 
     def _async_fits(self, state: dict[str, Any]) -> bool:
         """Collective, on the first async save: whether every node can hold the host copies.
@@ -684,7 +737,8 @@ class CheckpointManager:
 
         self._on_rank0(clear)
 
-    def _finish(self, step: int, path: Path, started: float, staged: float | None) -> None:
+    def _finish(self, step: int, path: Path, started: float, staged: float | None,
+                recorded: Recorded) -> None:
         elapsed = time.perf_counter() - started
         if self.rank == 0:
             # Rank 0 alone: a failure here must not stop it while the other ranks train on, so it
@@ -699,7 +753,9 @@ class CheckpointManager:
             except OSError as exc:
                 logger.warning(f"checkpoint retention in {self.root} failed: {exc}")
         how = "saved" if staged is None else f"written in the background (staging {staged:.2f}s)"
-        logger.info(f"checkpoint step-{step} {how} in {elapsed:.2f}s: {path}")
+        logger.info(f"checkpoint step-{step} {how} in {elapsed:.2f}s, of which {recorded.seconds:.2f}s "
+                    f"for the checksums of rank {self.rank}'s {recorded.files} files "
+                    f"({size(recorded.bytes)}): {path}")
 
     def _poll(self) -> bool:
         """Finish an async save that is done. True: it failed after this rank got a preemption
@@ -726,11 +782,11 @@ class CheckpointManager:
         if pending is None:
             return
         try:
-            pending.future.result()
+            recorded = pending.future.result()
         except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
             message = write_failure(self.root, pending.path, exc, pending.rank_bytes)
             raise CheckpointWriteError(f"async save: {message}") from exc
-        self._finish(pending.step, pending.path, pending.started, pending.staged_s)
+        self._finish(pending.step, pending.path, pending.started, pending.staged_s, recorded)
 
     # ---- preemption and shutdown ---------------------------------------------------------------
     def relaunch_note(self, completed: int) -> str:
@@ -775,5 +831,8 @@ class CheckpointManager:
             if self._stager is not None:
                 self._stager.close()  # after _wait: the write in flight reads these buffers
                 self._stager, self._stager_checked = None, False
+            if self._hasher is not None:
+                self._hasher.shutdown(wait=True)
+                self._hasher = None
             if self.watcher is not None:
                 self.watcher.close()

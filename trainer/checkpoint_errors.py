@@ -25,8 +25,9 @@ class CheckpointWriteError(RuntimeError):
 
 
 class CheckpointReadError(RuntimeError):
-    """A complete-looking checkpoint could not be read. The message names the folder, each rank's
-    cause and the checkpoints to continue from instead; trainer/train.py prints it as one line per
+    """A complete-looking checkpoint could not be read, or its files differ from the checksums
+    recorded when it was saved. The message names the folder, each rank's cause (or each damaged
+    file) and the checkpoints to continue from instead; trainer/train.py prints it as one line per
     rank. DCP raises CheckpointException, a BaseException, which the start-up's handler (it takes
     Exception types) let through as a 150-line traceback per rank that named no folder."""
 
@@ -131,6 +132,25 @@ def read_failure(root: Path, path: Path, exc: BaseException) -> str:
     head = (f"checkpoint {path} could not be read: {summary(exc)}. Its files are damaged or "
             "unreadable (every shard file is as long as its .metadata records, so it was not "
             "skipped as incomplete); the run stops here and nothing on disk was changed")
+    return _instead(root, path, head)
+
+
+def damage_failure(root: Path, path: Path, damaged: list[tuple[str, str]], checked: int) -> str:
+    """The message for step folder `path` whose files differ from the checksums recorded when it was
+    saved (trainer/checkpoint_checksums.py); damaged: (file name, what differs), checked: how many
+    files were compared. `root` is this run's checkpoint folder."""
+    shown = 8  # a copy that went wrong wholesale would otherwise fill the screen
+    files = "; ".join(f"{name}: {what}" for name, what in damaged[:shown])
+    if len(damaged) > shown:
+        files += f"; and {len(damaged) - shown} more"
+    head = (f"checkpoint {path} is damaged: {len(damaged)} of its {checked} files differ from the "
+            f"checksums recorded when it was saved ({files}). The run stops before reading it and "
+            "nothing on disk was changed")
+    return _instead(Path(root), Path(path), head)
+
+
+def _instead(root: Path, path: Path, head: str) -> str:
+    """`head` (what is wrong with step folder `path`), then which checkpoint to load instead."""
     if path.parent != Path(root):  # checkpoint.initial_load_path: another run's folder
         return f"{head}. Pass another checkpoint as checkpoint.initial_load_path"
     steps = [s for s, _ in complete_step_folders(root, warn=False)] if Path(root).is_dir() else []
