@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
+import zlib
 from pathlib import Path
 
 import pytest
@@ -137,8 +138,13 @@ def test_stop_and_resume_is_bitwise_identical_with_async_save(dump, reference, w
     assert f"writing in the background (a writer {writer})" in proc.stderr
     assert saved_state(dump / name / "checkpoint" / "step-10") == \
         {"next_index": 80, "step": 10, "tokens_seen": 80 * 64}
+    # Each rank recorded the checksums of its files once the background write was done.
+    assert "for the checksums of rank 0's" in proc.stderr
+    assert recorded_files(dump / name / "checkpoint" / "step-10") == \
+        all_files(dump / name / "checkpoint" / "step-10")
     proc = launch(dump, name, 2, *flags)
     assert "resumed from" in proc.stderr and "step-10" in proc.stderr
+    assert "match their checksums, checked by 2 rank(s)" in proc.stderr
     got = losses(dump / name)
     for step in range(11, STEPS + 1):
         assert got[step] == reference[step], (step, got[step], reference[step])
@@ -170,6 +176,7 @@ def test_resume_on_another_world_size(dump, reference, nproc):
     shutil.copytree(dump / "ref" / "checkpoint" / "step-10", run / "checkpoint" / "step-10")
     proc = launch(dump, f"on{nproc}", nproc)
     assert "saved on 2 ranks and is loaded on" in proc.stderr
+    assert f"match their checksums, checked by {nproc} rank(s)" in proc.stderr
     if nproc == 4:  # ranks 2 and 3 have no saved generators: reseeded, with a warning
         assert "no RNG state for rank 3" in proc.stderr
     got = losses(run)
@@ -182,6 +189,58 @@ def test_resume_on_another_world_size(dump, reference, nproc):
     # skipped (the stream's own tests check that a state of next_index = n means samples [0, n)).
     assert saved_state(run / "checkpoint" / "step-20") == \
         {"next_index": 160, "step": 20, "tokens_seen": 160 * 64}
+
+
+def recorded_files(step_dir: Path) -> dict[int, set[str]]:
+    """rank -> the files its checksum record lists."""
+    out = {}
+    for path in sorted((step_dir / ".checksums").glob("rank-*.json")):
+        rec = json.loads(path.read_text())
+        out[rec["rank"]] = set(rec["files"])
+    return out
+
+
+def all_files(step_dir: Path) -> dict[int, set[str]]:
+    """rank -> the files it wrote by DCP's naming (__{rank}_{i}.distcp; rank 0 also .metadata)."""
+    out: dict[int, set[str]] = {}
+    for path in step_dir.glob("__*_*.distcp"):
+        out.setdefault(int(path.name.split("_")[2]), set()).add(path.name)
+    out[0].add(".metadata")
+    return out
+
+
+def test_each_rank_records_its_files_and_a_damaged_one_stops_every_rank(dump, reference):
+    from trainer.checkpoint_folders import read_metadata, shard_lengths
+
+    step = dump / "ref" / "checkpoint" / "step-10"
+    # On this torch every rank's record lists the files DCP named after it, and together they
+    # cover every file the metadata references: the naming the records rely on holds.
+    recorded = recorded_files(step)
+    assert sorted(recorded) == [0, 1] and recorded == all_files(step)
+    assert set().union(*recorded.values()) == {".metadata", *shard_lengths(read_metadata(step))}
+    for path in (step / ".checksums").glob("rank-*.json"):
+        for name, entry in json.loads(path.read_text())["files"].items():
+            data = (step / name).read_bytes()
+            assert entry == {"bytes": len(data), "crc32": zlib.crc32(data)}, name
+    # One byte flipped in the middle of rank 1's shard (same length): both ranks stop with the
+    # same error naming the file, before a step; nothing in the folder changes.
+    run = dump / "damaged"
+    shutil.copytree(step, run / "checkpoint" / "step-10")
+    shard = run / "checkpoint" / "step-10" / "__1_0.distcp"
+    content = bytearray(shard.read_bytes())
+    content[len(content) // 2] ^= 0x10
+    shard.write_bytes(bytes(content))
+    ckpt = run / "checkpoint"
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in ckpt.rglob("*") if p.is_file()}
+    proc = launch(dump, "damaged", 2, check=False, torchrun_args=("--monitor-interval=5",))
+    assert proc.returncode != 0
+    for rank in (0, 1):
+        assert f"[rank{rank}] error: checkpoint {run / 'checkpoint' / 'step-10'} is damaged: 1 of " \
+               "its 3 files differ from the checksums recorded when it was saved (__1_0.distcp: " \
+               f"saved {len(content):,} bytes with CRC32" in proc.stderr, proc.stderr[-4000:]
+    assert "nothing on disk was changed" in proc.stderr
+    assert logged_steps(run) == []
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in ckpt.rglob("*") if p.is_file()} == before
 
 
 def test_changed_data_settings_are_refused_on_every_rank(dump, reference, tmp_path):
