@@ -24,7 +24,9 @@ tokenizer_config.json and special_tokens_map.json beside it; titankit's byte tok
 no Hugging Face counterpart. config.json (and generation_config.json, which `generate` reads) get
 the bos_token_id / eos_token_id of the run's tokenizer when it is the one the checkpoint recorded
 (--bos-token-id / --eos-token-id set them otherwise); the summary says which ids were written or why
-none. The output folder must not exist yet; it appears only once complete.
+none. The output folder must not exist yet; it appears only once complete. from-hf records the
+CRC32 checksums a run's saves record (.checksums/), so a load verifies the folder; to-hf reads only
+the weights and does not verify the step (`python -m trainer.checkpoint_verify STEP` does).
 """
 
 from __future__ import annotations
@@ -407,6 +409,7 @@ def hf_tensors(hf: Path) -> dict[str, Path]:
 def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
     import torch.distributed.checkpoint as dcp
 
+    from trainer.checkpoint_checksums import record_rank
     from trainer.models.hf_llama import config_mismatches, from_hf_name, from_hf_tensor
 
     hf, out = Path(opts.hf), Path(opts.out)
@@ -458,6 +461,9 @@ def from_hf(opts: argparse.Namespace, overrides: list[str]) -> Path:
         with warnings.catch_warnings():  # "assuming the intent is to save in a single process": yes
             warnings.simplefilter("ignore", UserWarning)
             dcp.save({"model": state}, checkpoint_id=str(tmp), no_dist=True)
+        # The checksums a run's own saves record, so that a load can verify this folder too; one
+        # process wrote every file, under rank 0's names.
+        record_rank(tmp, 0)
         finish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

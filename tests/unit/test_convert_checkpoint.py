@@ -281,6 +281,10 @@ def test_import_round_trip_is_bitwise_and_trains_like_its_source(run, tmp_path):
     assert cli("to-hf", str(step), str(tmp_path / "hf"), "--dtype", "float32")[0] == 0
     code, out = cli("from-hf", str(tmp_path / "hf"), str(tmp_path / "imported"), "--config", config)
     assert code == 0 and "--checkpoint.initial_load_path=" in out, out
+    # The imported folder carries checksums of its files, as a run's saves do.
+    record = json.loads((tmp_path / "imported" / ".checksums" / "rank-0.json").read_text())
+    assert sorted(record["files"]) == sorted(p.name for p in (tmp_path / "imported").iterdir()
+                                             if p.is_file())
     a = titankit_model(run, step).state_dict()
     b = titankit_model(run, tmp_path / "imported").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -289,6 +293,7 @@ def test_import_round_trip_is_bitwise_and_trains_like_its_source(run, tmp_path):
     for name, path in (("from_source", step), ("from_import", tmp_path / "imported")):
         proc = train(run, name, 1, f"--checkpoint.initial_load_path={path}", "--checkpoint.enable")
         assert "loaded the model weights" in proc.stderr
+        assert f"of {path} match their checksums" in proc.stderr
     assert first_loss(run / "from_source") == first_loss(run / "from_import")
 
 
