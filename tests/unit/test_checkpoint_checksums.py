@@ -5,12 +5,16 @@ damaged in place (same length, other bytes) stops before loading, naming each fi
 and what was found, and the checkpoint to resume instead, without changing anything on disk; a
 folder without (readable) checksums still loads, with a warning naming it; verify_checksums = false
 skips the check (and then a flipped byte loads as a wrong weight); async saves record them from a
-background thread; retention and set-aside move or remove them with their folder.
+background thread; retention and set-aside move or remove them with their folder; the offline
+check (python -m trainer.checkpoint_verify) says the same per file.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -19,6 +23,7 @@ import pytest
 import torch
 
 import trainer.checkpoint as checkpoint_module
+from tests.helpers.cpu import cpu_env
 from tests.helpers.one_rank import one_rank_group
 from tests.unit.test_checkpoint import SlowWriter, captured_warnings, folder_bytes, run, start, steps_on_disk
 from trainer.checkpoint_checksums import (
@@ -30,6 +35,9 @@ from trainer.checkpoint_checksums import (
 )
 from trainer.checkpoint_errors import CheckpointReadError, damage_failure
 from trainer.checkpoint_folders import read_metadata, shard_lengths
+from trainer.checkpoint_verify import verify
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -256,3 +264,28 @@ def test_many_damaged_files_are_listed_up_to_eight(tmp_path):
     msg = damage_failure(tmp_path, tmp_path / "elsewhere" / "step-3", damaged, 11)
     assert msg.count("the file is missing") == 8 and "; and 2 more)" in msg
     assert "10 of its 11 files differ" in msg
+
+
+def test_the_offline_check_prints_each_file_and_exits_1_on_damage(tmp_path):
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)
+    mgr.close()
+    step = tmp_path / "checkpoint" / "step-2"
+    cmd = [sys.executable, "-m", "trainer.checkpoint_verify", str(tmp_path / "checkpoint")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=cpu_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("ok         .metadata     ") and lines[1].startswith("ok         __0_0.distcp ")
+    assert lines[2].startswith(f"{step}: 2 files, 2 ok, 0 damaged, 0 unverified (")
+    flip_inside(step / "__0_0.distcp", t.model[0].weight.detach().numpy().tobytes())
+    out = io.StringIO()
+    assert verify(step, out) == 1
+    assert "DAMAGED    __0_0.distcp  saved " in out.getvalue() and "1 ok, 1 damaged" in out.getvalue()
+    (step / CHECKSUM_DIR / "rank-0.json").unlink()
+    out = io.StringIO()
+    assert verify(step, out) == 1
+    assert "UNVERIFIED .metadata     no readable checksum" in out.getvalue()
+    assert "0 ok, 0 damaged, 2 unverified" in out.getvalue()
+    out = io.StringIO()
+    assert verify(tmp_path / "nothing", out) == 1
+    assert out.getvalue().startswith(f"error: {tmp_path / 'nothing'}: no such folder")
