@@ -33,7 +33,7 @@ import random
 import signal
 import socket
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -57,6 +57,7 @@ try:
 except ImportError:  # an older torch: async saves are written by a thread
     AsyncCheckpointerType = None  # type: ignore[assignment,misc]  # noqa: N816
 
+from trainer.checkpoint_checksums import BackgroundRecorder, Recorded, record_rank, verify_step
 from trainer.checkpoint_folders import (
     LOAD_STEP_RECORD,
     apply_retention,
@@ -76,11 +77,9 @@ from trainer.checkpoint_folders import (
     write_load_step_record,
     write_problem,
 )
-from trainer.checkpoint_checksums import Recorded, check_files, expected_checksums, record_rank, share
 from trainer.checkpoint_errors import (
     CheckpointReadError,
     CheckpointWriteError,
-    damage_failure,
     read_failure,
     size,
     write_failure,
@@ -163,7 +162,7 @@ class _Pending:
 
     step: int
     path: Path
-    future: Future  # DCP's write, then this rank's checksums (_checksummed); its result: Recorded
+    future: Future  # DCP's write, then this rank's checksums (BackgroundRecorder): a Recorded
     started: float
     staged_s: float
     rank_bytes: int | None = None  # what this rank writes, for the message of a failed write
@@ -202,9 +201,8 @@ class CheckpointManager:
         # the write in flight (_wait).
         self._stager: Any | None = None
         self._stager_checked = False
-        # Records the checksums of an async save once its write is done, off the training thread
-        # (_checksummed); made at the first async save.
-        self._hasher: ThreadPoolExecutor | None = None
+        # Records the checksums of an async save once its write is done, off the training thread.
+        self._recorder = BackgroundRecorder()
         self._async_verdict: bool | None = None  # set by the first async save (_async_fits)
         # The step this run started from (load), whether its first save has set aside the complete
         # folders after it (_prepare), and, on rank 0, the checkpoint.load_step rewind this run
@@ -441,34 +439,13 @@ class CheckpointManager:
                            "a resume may change these (same model function, or training settings)"))
 
     def _verify(self, path: Path) -> None:
-        """Collective: check step folder `path`'s files against the checksums recorded when it was
-        saved, each rank a share of them; any difference raises the same CheckpointReadError on
-        every rank, naming each damaged file. Files without a readable checksum load unverified,
-        with a warning (trainer/checkpoint_checksums.py says why)."""
-        if not self.cfg.verify_checksums:
-            if self.rank == 0:
-                logger.info(f"checkpoint.verify_checksums = false: {path} is loaded without checking "
-                            "its files against their checksums")
-            return
-        t0 = time.perf_counter()
-        # One rank reads the records, so every rank checks against the same list and notes.
-        expected = self._on_rank0(lambda: expected_checksums(path))
-        if self.rank == 0:
-            for note in expected.notes:
-                logger.warning(note)
-        names = sorted(expected.files)
-        mine = share(names, self.rank, self.world_size)
-        found = check_files(path, expected.files, mine)
-        every: list[Any] = [None] * self.world_size
-        dist.all_gather_object(every, found, group=self.group)
-        damaged = sorted(d for part in every for d in part)
-        if damaged:
-            raise CheckpointReadError(damage_failure(self.root, path, damaged, len(names)))
-        if names and self.rank == 0:
-            total = sum(expected.files[n][0] for n in names)
-            logger.info(f"checkpoint: {len(names)} files ({size(total)}) of {path} match their "
-                        f"checksums, checked by {self.world_size} rank(s) in "
-                        f"{time.perf_counter() - t0:.2f}s")
+        """Collective: step folder `path`'s files against their saved checksums (all ranks raise
+        the same CheckpointReadError on damage), unless checkpoint.verify_checksums = false."""
+        if self.cfg.verify_checksums:
+            verify_step(path, self.root, self.rank, self.world_size, self.group)
+        elif self.rank == 0:
+            logger.info(f"checkpoint.verify_checksums = false: {path} is loaded without checking its "
+                        "files against their checksums")
 
     def _read(self, state: dict[str, Any], path: Path) -> None:
         """dcp.load `state` from step folder `path` (collective). A shard that cannot be read fails
@@ -594,25 +571,14 @@ class CheckpointManager:
             blocked = _CHILD_BLOCKED_SIGNALS
         with _signals_blocked(blocked):
             response = dcp.async_save(state, storage_writer=writer, process_group=self.group, **kwargs)
-        future = self._checksummed(getattr(response, "upload_completion", response), path)
+        # The checksums are recorded once the write is done, in a thread of their own: training
+        # goes on meanwhile (file reads and zlib release the GIL), whichever writer writes.
+        future = self._recorder.after(getattr(response, "upload_completion", response), path, self.rank)
         staged = time.perf_counter() - t0
         self._pending = _Pending(step, path, future, t0, staged, state_bytes(state))
         self._last_saved = step
         logger.info(f"checkpoint step-{step}: staged in {staged:.2f}s, writing in the background "
                     f"({'a writer process' if self.writer == 'process' else 'a writer thread'})")
-
-    def _checksummed(self, written: Future, path: Path) -> Future:
-        """A future of DCP's async write followed by this rank's checksum record of `path`, which a
-        thread of its own computes: the training loop goes on meanwhile (zlib and file reads release
-        the GIL), with either writer. No collective runs there, so ranks need not agree on it."""
-        if self._hasher is None:
-            self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="titankit-checksums")
-
-        def then_record() -> Recorded:
-            written.result()  # the write's own failure, raised as it came
-            return record_rank(path, self.rank)
-
-        return self._hasher.submit(then_record)
 
     def _async_fits(self, state: dict[str, Any]) -> bool:
         """Collective, on the first async save: whether every node can hold the host copies.
@@ -831,8 +797,6 @@ class CheckpointManager:
             if self._stager is not None:
                 self._stager.close()  # after _wait: the write in flight reads these buffers
                 self._stager, self._stager_checked = None, False
-            if self._hasher is not None:
-                self._hasher.shutdown(wait=True)
-                self._hasher = None
+            self._recorder.close()
             if self.watcher is not None:
                 self.watcher.close()

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import trainer.checkpoint as checkpoint_module
+import trainer.checkpoint_checksums as checksums_module
 from tests.helpers.cpu import cpu_env
 from tests.helpers.one_rank import one_rank_group
 from tests.unit.test_checkpoint import SlowWriter, captured_warnings, folder_bytes, run, start, steps_on_disk
@@ -206,13 +206,13 @@ def test_files_a_record_leaves_out_are_named_and_the_rest_still_checked(tmp_path
 
 def test_an_async_save_records_its_checksums_off_the_training_thread(tmp_path, monkeypatch):
     threads: list[str] = []
-    real = checkpoint_module.record_rank
+    real = checksums_module.record_rank
 
     def recording(folder, rank):
         threads.append(threading.current_thread().name)
         return real(folder, rank)
 
-    monkeypatch.setattr(checkpoint_module, "record_rank", recording)
+    monkeypatch.setattr(checksums_module, "record_rank", recording)
     t, mgr = start(tmp_path, interval=2, async_mode="async", async_writer="thread")
     mgr.writer_factory = SlowWriter
     run(t, 3, mgr)  # step 3 trains while step 2 is written and then hashed
