@@ -435,14 +435,16 @@ def report(res: dict[str, Any], cfg: Any, label: str, world: int, trainer: Any) 
         f"Checkpoint: step-2 (sync) {_g(res['sync_bytes'] / GB)} GB and step-3 (async) {_g(size)} GB on disk "
         f"(GB = 1e9 bytes); the state's tensors hold {_g(res['expected_gb'])} GB.",
         "Times: max over ranks. Sync save = CheckpointManager.save(blocking=True) until it returns (files "
-        "fsynced, metadata written, folder checked). Async staging = save(blocking=False) until it returns; "
-        "async total = until the write's future completed (a done-callback on its future).",
+        "fsynced, metadata written, CRC32 checksums recorded, folder checked). Async staging = save(blocking=False) "
+        "until it returns; async total = until the write's future, which includes the checksums, completed "
+        "(a done-callback on its future).",
         f"Overlap: step 4 ran while the async write was in flight; the write was {flight}; "
         f"{res['flight_n'] - 1} more step(s) started while it was (--flight-steps); the wait for it "
         f"afterwards took {res['wait_s']:.2f} s. Step s = step 3 (no write); write in flight = the mean "
         "of step 4 and those steps.",
         "Step times (s, max over ranks): " + ", ".join(f"step {k} {v:.3f}" for k, v in s.items()) + ".",
-        "Resume load s: CheckpointManager.load() of the folder just written; the page cache may serve it.",
+        "Resume load s: CheckpointManager.load() of the folder just written, its checksums verified first; the "
+        "page cache may serve it.",
         *detail,
     ]
     if res["fit_line"]:
