@@ -160,14 +160,18 @@ def leave(status: int) -> NoReturn:
     handlers: logging's flush, wandb's, inductor's worker pool), flushes stdout and stderr, and
     leaves with os._exit. A second Ctrl-C (INTERRUPTED) leaves at once: no thread joined, no
     handler run.
+
+    The threads are joined by threading._shutdown, as the interpreter does, not by joining each
+    one: it first runs threading's own exit hooks, where concurrent.futures tells its pools' idle
+    workers to stop. A plain join waits on such a worker forever: a compiled run with a cold
+    inductor cache finished its steps and then hung here (CPU, torch 2.13, 2026-12-05; not with
+    TORCHINDUCTOR_COMPILE_THREADS=1, which starts no compile pool).
     """
     import atexit
     import threading
 
     if status != INTERRUPTED:
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
+        threading._shutdown()  # private but in every CPython 3: hooks, then non-daemon joins
         atexit._run_exitfuncs()  # private but in every CPython 3: the handlers, as at a normal exit
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or broken pipe must not cost the status

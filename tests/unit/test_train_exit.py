@@ -43,6 +43,24 @@ def test_leave_keeps_the_status_joins_threads_runs_atexit_and_flushes():
     assert proc.stderr == "stderr line"
 
 
+def test_leave_stops_idle_thread_pool_workers_instead_of_waiting_on_them():
+    # An executor's workers idle on its queue until threading's exit hooks tell them to stop (a
+    # compiled run's inductor pool is one): leave() must end such a process as Python's exit does.
+    script = textwrap.dedent("""
+        import atexit
+        from concurrent.futures import ThreadPoolExecutor
+        from trainer.train import leave
+        atexit.register(lambda: print("atexit handler ran", flush=True))
+        pool = ThreadPoolExecutor(2)
+        print(pool.submit(lambda: 6 * 7).result(), flush=True)
+        leave(0)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "42\natexit handler ran\n"
+
+
 def test_a_second_ctrl_c_leaves_at_once():
     from trainer.train import INTERRUPTED
 
