@@ -1,6 +1,7 @@
 # Call 1 (nvidia-h200, .tk carried): section 7's 16-layer 8B command, 50 steps, with attention's
-# forward and backward from different backends (mix.py). Runs: sdpa,sdpa (the mix path's control:
-# it must land among the five SDPA runs), thunderkittens,sdpa and sdpa,thunderkittens.
+# forward and backward from different backends (mix.py). Runs: sdpa,sdpa (the mix path's control,
+# cuDNN for both halves; expected among the five SDPA runs, it was not: section 7), thunderkittens,sdpa
+# and sdpa,thunderkittens.
 #   bash docs/perf/2026-12-05_h200_session54_hybrid/call1.sh [mix ...]
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=$PWD THUNDERKITTENS_ROOT=$PWD/.tk PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
