@@ -577,14 +577,19 @@ __global__ __launch_bounds__(BWD_THREADS, 1) void bwd_kernel(const __grid_consta
             const int q0 = w.at.y * BWD_Q;
             wait(qo_full[s], (it / BWD_STAGES) & 1);
 
+            // lse2 and delta (per query, column) read before S^T / dP^T are issued: those two
+            // wgmmas read both operands from shared memory at the pipe's full rate (4zd), and the
+            // loads issued after them competed for that pipe (an inference, not profiled).
+            // Forward+backward 2.6-3.5% faster than loads after the issue; loads after the
+            // wgmmas retired were 0.2-2.6% slower (docs/benchmarks.md 4zq).
+            typename rt_fl<16, BWD_Q>::row_vec lse2, delta;
+            load_cols(lse2, DET ? lse_s[s] : *(s ? lse_p1 : lse_p0));
+            load_cols(delta, DET ? delta_s[s] : *(s ? delta_p1 : delta_p0));
             rt_fl<16, BWD_Q> st, dpt;  // S^T and dP^T: this warp's 16 keys x 64 queries
             detail::wgmma_fence(st);
             detail::wgmma_fence(dpt);
             warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kdesc, qdesc, 0, 0>(st, k_d, s ? q_d1 : q_d0);
             warpgroup::mma_ABt<rt_fl<16, BWD_Q>, kdesc, qdesc, 0, 0>(dpt, v_d, s ? do_d1 : do_d0);
-            typename rt_fl<16, BWD_Q>::row_vec lse2, delta;  // per query (column)
-            load_cols(lse2, DET ? lse_s[s] : *(s ? lse_p1 : lse_p0));
-            load_cols(delta, DET ? delta_s[s] : *(s ? delta_p1 : delta_p0));
             warpgroup::mma_async_wait();
 
             // P^T = exp2(S^T * scale * log2e - lse2): padded queries have lse2 = +inf -> 0.
