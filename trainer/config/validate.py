@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config.checks import check_values
-from trainer.config.fields import ConfigError, format_value, suggest
+from trainer.config.fields import (
+    COMMAND_LINE,
+    ConfigError,
+    expected_phrase,
+    format_value,
+    parse_scalar_text,
+    suggest,
+)
 from trainer.config.loader import source_of
 from trainer.config.schema import JobConfig
 
@@ -32,6 +39,31 @@ def _family(cfg: JobConfig) -> Any:
             f"family{f' (did you mean {hint!r}?)' if hint else ''}; valid: {', '.join(FAMILIES)}"
         )
     return FAMILIES[name]
+
+
+def _typed_in_files(cfg: JobConfig, args_cls: type) -> None:
+    """A TOML file is typed, so [model.overrides] n_layers = "3" is refused as training.steps = "3"
+    is (fields.coerce), naming the file and key. The command line is text: its values are parsed
+    there (cli.py) and converted by ModelFamily.make_args, as are those set in code (source
+    "default"). "none" stays TOML's spelling of None (TOML has no null): the resolved config.toml
+    writes an n_kv_heads = none override that way."""
+    hints = typing.get_type_hints(args_cls)
+    for key, value in cfg.model.overrides.items():
+        where = source_of(cfg, f"model.overrides.{key}")
+        if not isinstance(value, str) or where in (COMMAND_LINE, "default"):
+            continue
+        options = typing.get_args(hints[key]) or (hints[key],)
+        optional = type(None) in options
+        if str in options or (optional and value.strip().lower() == "none"):
+            continue
+        kinds = [k for k in options if k is not type(None)]
+        expected = " or ".join(expected_phrase(k) for k in kinds) + (' or "none"' if optional else "")
+        parsed = parse_scalar_text(value)
+        fits = any(isinstance(parsed, k) and (k is bool) == isinstance(parsed, bool) for k in kinds) or (
+            float in kinds and isinstance(parsed, int) and not isinstance(parsed, bool))
+        fix = f"; write {key} = {format_value(parsed)} (without quotes)" if fits else ""
+        raise ConfigError(f"{where}: model.overrides.{key} = {format_value(value)}: expected {expected} "
+                          f"(a TOML string is not converted){fix}")
 
 
 def resolve_model_args(cfg: JobConfig) -> Any:
@@ -69,6 +101,7 @@ def resolve_model_args(cfg: JobConfig) -> Any:
                 f"{f'; did you mean model.overrides.{hint}?' if hint else ''} "
                 f"Valid fields: {', '.join(fields)}"
             )
+    _typed_in_files(cfg, family.args_cls)
     overrides = dict(cfg.model.overrides)
     # model.attention picks the attention backend of every model family (MoE args inherit Llama's).
     if "attention" in overrides and overrides["attention"] != cfg.model.attention:
