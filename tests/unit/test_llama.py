@@ -273,6 +273,22 @@ def test_bad_args_and_inputs_raise_value_error():
         model(torch.zeros(2, 8, dtype=torch.long), positions=torch.arange(7))
 
 
+@pytest.mark.parametrize("family, field", [("llama3", "norm_eps"), ("llama3", "rope_theta"),
+                                           ("llama3", "ffn_dim_multiplier"), ("llama3", "rope_scale_factor"),
+                                           ("moe", "route_scale"), ("moe", "aux_loss_coef")])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_non_finite_float_args_are_refused_by_the_config(family, field, value):
+    """Was: norm_eps = nan passed every range check (NaN compares false) and the run stopped at its
+    first step with a non-finite loss and advice to lower the learning rate."""
+    from trainer.config import ConfigError, load_config, resolve_model_args
+
+    flavor = "debug" if family == "llama3" else "moe_debug"
+    cfg = load_config([f"--model.name={family}", f"--model.flavor={flavor}",
+                       f"--model.overrides.{field}={value}"])
+    with pytest.raises(ConfigError, match=rf"^command line: .*{field} must be a finite number, got {value}"):
+        resolve_model_args(cfg)
+
+
 def test_compiles_without_graph_breaks():
     """fullgraph=True: the model code (RoPE lookup by positions, doc_ids) traces as one graph."""
     args = LlamaArgs(**{**TINY, "n_layers": 1})

@@ -6,6 +6,7 @@ building the model; `num_params(model)` in llama.py counts a built one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -62,7 +63,13 @@ class LlamaArgs:
     """RMSNorm backend of kernels.norm (torch or triton)."""
 
     def __post_init__(self) -> None:
-        where = "[model] flavor/overrides (LlamaArgs)"
+        where = f"[model] flavor/overrides ({type(self).__name__})"
+        # NaN passes every range check below (it compares false) and inf the one-sided ones; the run
+        # would start on every rank and stop at its first step with a non-finite loss.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{where}: {f.name} must be a finite number, got {value}")
         for name in ("dim", "n_layers", "n_heads", "vocab_size", "multiple_of", "max_seq_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
