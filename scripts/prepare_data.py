@@ -17,6 +17,7 @@ The logic lives in trainer/data/prepare.py.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -48,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.mark_complete and not args.input:
         p.error("the following arguments are required: --input")
     try:
+        # max(1, ...) below keeps a tiny size a valid unit of one byte; 0, a negative size or NaN
+        # would become one too (a shard pair per input byte), and inf cannot become an int.
+        if not (math.isfinite(args.unit_mb) and args.unit_mb > 0):
+            raise ValueError(f"--unit-mb must be a number > 0 (MB of input text per work unit; default "
+                             f"{DEFAULT_UNIT_BYTES / 2**20:g}), got {args.unit_mb:g}")
         if args.mark_complete:
             mark_complete(args.output)
             return 0

@@ -199,6 +199,20 @@ def test_cli(tmp_path, capsys):
     assert rc == 2 and "missing.txt" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("unit_mb", ["0", "-1", "nan", "inf"])
+def test_a_unit_size_that_is_not_a_positive_number_is_refused(tmp_path, capsys, unit_mb):
+    """Was: 0 and negative sizes became 1-byte work units (a shard pair per input byte: 29 shards
+    for a 29-byte file), nan an error naming no option, inf a traceback."""
+    prepare_data = _prepare_data_cli()
+    (tmp_path / "a.txt").write_text("hello world\n")
+    out = tmp_path / "out"
+    rc = prepare_data.main(["--input", str(tmp_path / "a.txt"), "--output", str(out), "--unit-mb", unit_mb])
+    err = capsys.readouterr().err
+    assert rc == 2 and not out.exists()
+    assert err == (f"prepare_data: error: --unit-mb must be a number > 0 (MB of input text per work unit; "
+                   f"default 64), got {unit_mb}\n")
+
+
 def test_output_that_is_a_file_or_under_an_input_glob_is_refused(tmp_path, capsys, monkeypatch):
     """The corpus file given as --output too (what the old data.dataset hint proposed) is one
     error line naming it and a folder to use instead; the file is untouched and nothing is created.
