@@ -22,13 +22,18 @@ done
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --config=*) cli_config=${1#--config=} ;;
+    --config=*) cli_config=${1#--config=}; config_given=1 ;;
     --config) [ $# -ge 2 ] || { echo "error: --config needs a file" >&2; exit 2; }
-              cli_config=$2; shift ;;
+              cli_config=$2; config_given=1; shift ;;
     *) args+=("$1") ;;
   esac
   shift
 done
+# --config=$CFG with CFG unset must not fall back to the default file and train that instead.
+if [ -n "${config_given:-}" ] && [ -z "$cli_config" ]; then
+  echo "error: --config is empty; pass a TOML file" >&2
+  exit 2
+fi
 if [ -n "${cli_config:-}" ]; then
   if [ -n "${CONFIG:-}" ] && [ "$CONFIG" != "$cli_config" ]; then
     echo "error: two config files: CONFIG=$CONFIG and --config $cli_config; give one" \

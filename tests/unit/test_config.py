@@ -244,6 +244,9 @@ dim = 64
     (["--model.overrides=3"], ["--model.overrides.n_layers=4"]),
     (["steps=3"], ["unexpected argument 'steps=3'"]),
     (["--config"], ["--config needs a file path"]),
+    # Was: "config file '.' is a directory" (an unset variable in --config=$CFG, say)
+    (["--config="], ["command line: --config is empty; pass a TOML file"]),
+    (["--config", ""], ["command line: --config is empty; pass a TOML file"]),
 ])
 def test_cli_errors(argv, needles):
     with pytest.raises(ConfigError) as exc:

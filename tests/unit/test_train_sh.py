@@ -63,6 +63,13 @@ def test_two_different_config_files_are_refused(tmp_path):
     assert (rc, err.strip(), calls) == (2, "error: --config needs a file", [])
 
 
+@pytest.mark.parametrize("form", [["--config="], ["--config", ""]])
+def test_an_empty_config_argument_is_refused(tmp_path, form):
+    """Was: --config=$CFG with CFG unset trained configs/debug.toml, the default, without a word."""
+    rc, err, calls = train_sh(tmp_path, *form, "--training.steps=2")
+    assert (rc, err.strip(), calls) == (2, "error: --config is empty; pass a TOML file", [])
+
+
 @pytest.mark.parametrize("env", [{"NGPU": "0"}, {"NGPU": "two"}, {"NGPU": "1.5"}, {"NNODES": "x"}])
 def test_a_bad_process_count_is_one_line_before_anything_starts(tmp_path, env):
     """Was: an error about --world-size (a flag the user never gave), bash's 'unbound variable', or

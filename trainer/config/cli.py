@@ -91,6 +91,8 @@ def parse_args(argv: list[str]) -> ParsedArgs:
                 if not takes_next:
                     raise ConfigError(f"{COMMAND_LINE}: --config needs a file path")
                 text, i = nxt, i + 1
+            if text == "":  # Path("") is the working directory: an unset variable in --config=$CFG
+                raise ConfigError(f"{COMMAND_LINE}: --config is empty; pass a TOML file")
             if out.config is not None:
                 raise ConfigError(
                     f"{COMMAND_LINE}: --config given twice ({out.config!r} and {text!r}); "
