@@ -292,6 +292,26 @@ def _keep_reason(fqn: str, mod: nn.Linear, filters) -> str | None:
     return None
 
 
+def _warn_unmatched_filters(model: nn.Module, filters) -> None:
+    """A filter_fqns entry that is in no Linear's or experts' name keeps nothing in high precision: a
+    typo ("outptu") would put the output layer in FP8 without a word. Rank 0 says so, once."""
+    from trainer.config.fields import suggest
+    from trainer.models.moe import GroupedExperts
+
+    if os.environ.get("RANK", "0") != "0":
+        return
+    names = [fqn for fqn, mod in model.named_modules() if type(mod) in (nn.Linear, GroupedExperts)]
+    leaves = sorted({n.rsplit(".", 1)[-1] for n in names})
+    for f in filters:
+        if any(f in n for n in names):
+            continue
+        hint = suggest(f, leaves + names)
+        logger.warning(
+            "float8.filter_fqns: %r matches no Linear or MoE experts of the model, so it keeps nothing in "
+            "high precision%s; an entry keeps every module whose name contains it (names here: %s)",
+            f, f" (did you mean {hint!r}?)" if hint else "", ", ".join(leaves) or "none")
+
+
 def convert_to_float8_training(model: nn.Module, float8_cfg) -> list[str]:
     """Swap each nn.Linear of `model` (in place, by module name) for a Float8Linear sharing its
     parameters, except those filtered: names containing any of float8.filter_fqns, and Linears with
@@ -304,6 +324,7 @@ def convert_to_float8_training(model: nn.Module, float8_cfg) -> list[str]:
     if float8_cfg.backend == "torch" and torch.cuda.is_available() and not _cuda_scaled_mm_supported():
         warnings.warn("float8.backend = 'torch': this GPU has no FP8 tensor cores (needs sm_89+); the FP8 "
                       "GEMMs will be emulated in fp32 (slower than bf16)", stacklevel=2)
+    _warn_unmatched_filters(model, float8_cfg.filter_fqns)
     converted, kept = [], []
     for fqn, mod in list(model.named_modules()):
         if type(mod) is not nn.Linear:

@@ -146,6 +146,21 @@ def test_convert_respects_filters_and_shares_parameters(logs):
     assert convert_to_float8_training(_Net(), Float8(enable=False)) == []
 
 
+def test_a_filter_that_matches_no_layer_warns(logs, monkeypatch):
+    """Was silent: a typo in float8.filter_fqns ("outptu") kept nothing in high precision, so the
+    output layer trained in FP8 while the user had asked for bf16."""
+    monkeypatch.setenv("RANK", "0")
+    net = _Net()
+    done = convert_to_float8_training(net, Float8(enable=True, filter_fqns=["outptu", "layers.1"]))
+    assert done == ["layers.0", "output"]  # the typo keeps nothing; layers.1 is kept
+    (line,) = logs.at(logging.WARNING, "float8.filter_fqns")
+    assert line.startswith("float8.filter_fqns: 'outptu' matches no Linear or MoE experts of the "
+                           "model, so it keeps nothing in high precision (did you mean 'output'?)")
+    monkeypatch.setenv("RANK", "1")  # said by rank 0 only
+    convert_to_float8_training(_Net(), Float8(enable=True, filter_fqns=["outptu"]))
+    assert len(logs.at(logging.WARNING, "float8.filter_fqns")) == 1
+
+
 def test_convert_on_meta_then_materialize():
     with torch.device("meta"):
         net = _Net()
