@@ -233,6 +233,19 @@ def test_profiling_window_past_the_run_is_a_config_error():
         check_profiling_config(cfg)
 
 
+def test_profiling_window_error_names_where_its_keys_were_set(tmp_path):
+    """Was: the one config error without its source (file or command line) in front."""
+    from trainer.config import ConfigError, validate_config
+
+    toml = tmp_path / "prof.toml"
+    toml.write_text("[profiling]\nenable_profiling = true\nprofile_start_step = 8\n")
+    cfg = load_config(["--config", str(toml), "--training.steps=4", "--lr_scheduler.warmup_steps=1"])
+    with pytest.raises(ConfigError) as exc:
+        validate_config(cfg, 1)
+    assert str(exc.value).startswith(f"{toml} (enable_profiling, profile_start_step) and command line "
+                                     "(steps): profiling.profile_start_step = 8 with")
+
+
 def _tiny_steps(profiler: StepProfiler, first: int, last: int) -> None:
     """Train steps first..last of a small MLP, with the Trainer's regions, reporting each step."""
     torch.manual_seed(0)

@@ -235,6 +235,11 @@ _DEGREES = ("parallelism.data_parallel_replicate_degree", "parallelism.data_para
             "parallelism.expert_parallel_degree")
 
 
+# The keys of a profiling window that ends after the run (trainer/profiling.py).
+_PROFILING_WINDOW = ("profiling.enable_profiling", "profiling.enable_memory_snapshot",
+                     "profiling.profile_start_step", "profiling.profile_steps", "training.steps")
+
+
 def _where(cfg: JobConfig, keys: tuple[str, ...]) -> str:
     """Where `keys` were set: 'a.toml', or 'a.toml (tensor_parallel_degree) and command line
     (data_parallel_shard_degree)' when they differ; 'default' when none was set."""
@@ -280,7 +285,7 @@ def validate_config(cfg: JobConfig, world_size: int) -> "ParallelDims":
     try:
         check_profiling_config(cfg)
     except ValueError as e:
-        raise ConfigError(str(e)) from e
+        raise ConfigError(f"{_where(cfg, _PROFILING_WINDOW)}: {e}") from e
     _dataset_exists(cfg)
     _packages_installed(cfg)
     try:
