@@ -629,6 +629,21 @@ def test_cli_tool_says_which_world_size_it_checked_and_prints_warnings_as_lines(
     assert run_cli("--lr_scheduler.warmup_steps=100", env_extra={"PYTHONWARNINGS": "ignore"}).stderr == ""
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_cli_tool_refuses_a_bad_world_size_from_the_environment(monkeypatch, capsys, value):
+    """Was: WORLD_SIZE=abc a ValueError traceback, WORLD_SIZE=0 a config "checked" for no ranks."""
+    from trainer.config.__main__ import main
+
+    monkeypatch.setenv("WORLD_SIZE", value)
+    assert main([]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == (
+        f"error: WORLD_SIZE={value!r} (from the environment): expected an integer >= 1; "
+        "or give the launch's world size with --world-size N\n")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main([]) == 0  # a good one is used
+
+
 @pytest.mark.parametrize("name,flavor", [("llama3", "debug"), ("moe", "moe_debug")])
 def test_model_attention_reaches_every_attention_core(name, flavor):
     """`model.attention` must select the backend the built model actually calls."""

@@ -7,6 +7,7 @@ Exit status: 0 and the TOML on stdout; 2 and `error: <message>` on stderr for a 
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -36,8 +37,20 @@ def _pop_world_size(argv: list[str]) -> tuple[int | None, list[str]]:
     return int(world), rest
 
 
+def _env_world_size() -> int:
+    """$WORLD_SIZE, or 1 when it is unset or empty. A stray value is refused like a bad --world-size:
+    int() would raise a traceback for "abc", and "0" would check the config for no ranks at all."""
+    text = os.environ.get("WORLD_SIZE", "").strip()
+    if text == "":
+        return 1
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} (from the environment): expected an "
+                          "integer >= 1; or give the launch's world size with --world-size N")
+    return int(text)
+
+
 def main(argv: list[str]) -> int:
-    given = None
+    given = world_size = None
     # The config's warnings as one `warning:` line each, not Python's file:line form with a source line.
     with warnings.catch_warnings(record=True) as caught:
         try:
@@ -48,15 +61,13 @@ def main(argv: list[str]) -> int:
             cfg = load_config(argv)
             world_size = given
             if world_size is None:
-                from trainer.parallel.dims import env_world_size
-
-                world_size = env_world_size()
+                world_size = _env_world_size()
             validate_config(cfg, world_size)
         except ConfigError as e:
             for w in caught:
                 print(f"warning: {w.message}", file=sys.stderr)
             hint = ""
-            if given is None and "world size" in str(e):
+            if given is None and world_size is not None and "world size" in str(e):
                 hint = (f" (checked for a world size of {world_size}, from $WORLD_SIZE or the default 1: "
                         "give the launch's with --world-size N)")
             print(f"error: {e}{hint}", file=sys.stderr)
