@@ -57,7 +57,7 @@ try:
 except ImportError:  # an older torch: async saves are written by a thread
     AsyncCheckpointerType = None  # type: ignore[assignment,misc]  # noqa: N816
 
-from trainer.checkpoint_checksums import BackgroundRecorder, Recorded, record_rank, verify_step
+from trainer.checkpoint_checksums import Recorded, RecordingWriter, recorded, verify_step
 from trainer.checkpoint_folders import (
     LOAD_STEP_RECORD,
     apply_retention,
@@ -162,7 +162,7 @@ class _Pending:
 
     step: int
     path: Path
-    future: Future  # DCP's write, then this rank's checksums (BackgroundRecorder): a Recorded
+    future: Future  # DCP's write, this rank's checksums included (RecordingWriter)
     started: float
     staged_s: float
     rank_bytes: int | None = None  # what this rank writes, for the message of a failed write
@@ -192,8 +192,9 @@ class CheckpointManager:
         # slow write is not cut off by the short train timeout of the default group.
         timeout = timedelta(seconds=max(1800, trainer.cfg.comm.init_timeout_seconds))
         self.group = dist.new_group(backend="gloo", timeout=timeout)
-        # Builds the storage writer of one step folder; tests swap in a slower one.
-        self.writer_factory: Callable[[str], FileSystemWriter] = FileSystemWriter
+        # Builds the storage writer of one step folder: DCP's, recording each rank's checksums
+        # before .metadata (trainer/checkpoint_checksums.py); tests swap in a slower one.
+        self.writer_factory: Callable[[str], FileSystemWriter] = RecordingWriter
         self._pending: _Pending | None = None
         self._last_saved = -1
         # Built on the first async save (it needs to know where the model lives); its host buffers
@@ -201,8 +202,6 @@ class CheckpointManager:
         # the write in flight (_wait).
         self._stager: Any | None = None
         self._stager_checked = False
-        # Records the checksums of an async save once its write is done, off the training thread.
-        self._recorder = BackgroundRecorder()
         self._async_verdict: bool | None = None  # set by the first async save (_async_fits)
         # The step this run started from (load), whether its first save has set aside the complete
         # folders after it (_prepare), and, on rank 0, the checkpoint.load_step rewind this run
@@ -551,12 +550,11 @@ class CheckpointManager:
         if blocking or not self._async_fits(state):
             try:
                 dcp.save(state, storage_writer=writer, process_group=self.group)
-                recorded = record_rank(path, self.rank)
             except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
                 raise CheckpointWriteError(write_failure(self.root, path, exc, state_bytes(state))) \
                     from exc
             self._last_saved = step
-            self._finish(step, path, t0, None, recorded)
+            self._finish(step, path, t0, None, recorded(path, self.rank))
             return
         # async_save copies every tensor to host memory before it returns, so later optimizer steps
         # cannot change what is being written; the reused stager (or, on old torch, the writer
@@ -571,9 +569,8 @@ class CheckpointManager:
             blocked = _CHILD_BLOCKED_SIGNALS
         with _signals_blocked(blocked):
             response = dcp.async_save(state, storage_writer=writer, process_group=self.group, **kwargs)
-        # The checksums are recorded once the write is done, in a thread of their own: training
-        # goes on meanwhile (file reads and zlib release the GIL), whichever writer writes.
-        future = self._recorder.after(getattr(response, "upload_completion", response), path, self.rank)
+        # The writer records the checksums as part of the write, in the background too.
+        future = getattr(response, "upload_completion", response)
         staged = time.perf_counter() - t0
         self._pending = _Pending(step, path, future, t0, staged, state_bytes(state))
         self._last_saved = step
@@ -704,7 +701,7 @@ class CheckpointManager:
         self._on_rank0(clear)
 
     def _finish(self, step: int, path: Path, started: float, staged: float | None,
-                recorded: Recorded) -> None:
+                record: Recorded) -> None:
         elapsed = time.perf_counter() - started
         if self.rank == 0:
             # Rank 0 alone: a failure here must not stop it while the other ranks train on, so it
@@ -719,9 +716,9 @@ class CheckpointManager:
             except OSError as exc:
                 logger.warning(f"checkpoint retention in {self.root} failed: {exc}")
         how = "saved" if staged is None else f"written in the background (staging {staged:.2f}s)"
-        logger.info(f"checkpoint step-{step} {how} in {elapsed:.2f}s, of which {recorded.seconds:.2f}s "
-                    f"for the checksums of rank {self.rank}'s {recorded.files} files "
-                    f"({size(recorded.bytes)}): {path}")
+        logger.info(f"checkpoint step-{step} {how} in {elapsed:.2f}s, of which {record.seconds:.2f}s "
+                    f"for the checksums of rank {self.rank}'s {record.files} files "
+                    f"({size(record.bytes)}): {path}")
 
     def _poll(self) -> bool:
         """Finish an async save that is done. True: it failed after this rank got a preemption
@@ -748,11 +745,12 @@ class CheckpointManager:
         if pending is None:
             return
         try:
-            recorded = pending.future.result()
+            pending.future.result()
         except (Exception, CheckpointException) as exc:  # DCP's exception is a BaseException
             message = write_failure(self.root, pending.path, exc, pending.rank_bytes)
             raise CheckpointWriteError(f"async save: {message}") from exc
-        self._finish(pending.step, pending.path, pending.started, pending.staged_s, recorded)
+        self._finish(pending.step, pending.path, pending.started, pending.staged_s,
+                     recorded(pending.path, self.rank))
 
     # ---- preemption and shutdown ---------------------------------------------------------------
     def relaunch_note(self, completed: int) -> str:
@@ -797,6 +795,5 @@ class CheckpointManager:
             if self._stager is not None:
                 self._stager.close()  # after _wait: the write in flight reads these buffers
                 self._stager, self._stager_checked = None, False
-            self._recorder.close()
             if self.watcher is not None:
                 self.watcher.close()

@@ -1,22 +1,25 @@
-"""CRC32 checksums of a step folder's files: recorded by each rank once its save is written (for an
-async save in a background thread, BackgroundRecorder), checked by all ranks together before a load
-reads the folder (verify_step; trainer/checkpoint.py calls both), and offline by
-trainer/checkpoint_verify.py.
+"""CRC32 checksums of a step folder's files: recorded by each rank as part of its save
+(RecordingWriter), checked by all ranks together before a load reads the folder (verify_step;
+trainer/checkpoint.py calls both), and offline by trainer/checkpoint_verify.py.
 
 The completeness check (trainer/checkpoint_folders.py) finds a missing or short shard, but not bytes
 changed in place (bit rot, a bad copy): DCP then loads wrong numbers, or fails deep inside with an
 error that names no file. So each rank records the files it wrote, those DCP names
 `__{rank}_{i}.distcp` (rank 0 adds `.metadata`), in `step-N/.checksums/rank-{rank}.json`:
 
-    {"version": 1, "algorithm": "crc32", "rank": 0,
+    {"version": 1, "algorithm": "crc32", "rank": 0, "seconds": 0.02,
      "files": {".metadata": {"bytes": 5120, "crc32": 305419896}, "__0_0.distcp": {...}}}
 
-The record is written after DCP's write (temp file, fsync, rename), so a folder saved before this
-change, or one whose save stopped between `.metadata` and the records, has none: it loads as before,
-with a warning that it was not verified. CRC32 finds every burst of up to 32 changed bits and other
-random damage with probability 1 - 2^-32; it does not defend against deliberate tampering, which is
-not what it is for. zlib computed it at 2.6 GB/s on a 2-core CPU VM, and releases the GIL on large
-buffers.
+Order matters, because `.metadata` is what makes a folder count as complete: each rank writes its
+record (temp file, fsync, rename) right after its shards, before it reports them written to DCP's
+coordinator, and the coordinator writes `.metadata` only once every rank has reported; it adds the
+checksum of the finished `.metadata` temp file to rank 0's record before renaming it into place. So
+a save cut short at any point (kill -9 of a rank, of torchrun, a node failure) leaves either a folder
+without `.metadata`, which a resume passes over, or one with every record. A folder saved before
+this order (or before checksums existed) may lack records: it loads as before, with a warning that
+it was not verified. CRC32 finds every burst of up to 32 changed bits and other random damage with
+probability 1 - 2^-32; it does not defend against deliberate tampering, which is not what it is
+for. zlib computed it at 2.6 GB/s on a 2-core CPU VM, and releases the GIL on large buffers.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ import json
 import re
 import time
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
+from torch.futures import Future
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem
 
 from trainer.checkpoint_errors import CheckpointReadError, damage_failure, size
 from trainer.checkpoint_folders import read_metadata, shard_lengths
@@ -39,6 +44,7 @@ from trainer.files import atomic_write
 from trainer.log import logger
 
 CHECKSUM_DIR = ".checksums"
+METADATA = ".metadata"
 # Files are read in chunks of this size into one reused buffer: memory stays flat for any shard.
 CHUNK_BYTES = 16 * 2**20
 VERSION = 1
@@ -85,6 +91,14 @@ class Recorded:
     seconds: float
 
 
+def _write_record(folder: Path, rank: int, entries: dict[str, dict[str, int]], seconds: float) -> None:
+    out = Path(folder) / CHECKSUM_DIR
+    out.mkdir(exist_ok=True)
+    text = json.dumps({"version": VERSION, "algorithm": "crc32", "rank": rank,
+                       "seconds": round(seconds, 4), "files": entries}, indent=1, sort_keys=True) + "\n"
+    atomic_write(out / f"rank-{rank}.json", lambda f: f.write(text.encode()))
+
+
 def record_files(folder: Path, rank: int, files: list[Path]) -> Recorded:
     """Hash `files` (all inside `folder`) and write them as `rank`'s record, atomically."""
     t0 = time.perf_counter()
@@ -92,17 +106,98 @@ def record_files(folder: Path, rank: int, files: list[Path]) -> Recorded:
     for path in files:
         n, crc = file_crc32(path)
         entries[path.name] = {"bytes": n, "crc32": crc}
-    out = Path(folder) / CHECKSUM_DIR
-    out.mkdir(exist_ok=True)
-    text = json.dumps({"version": VERSION, "algorithm": "crc32", "rank": rank, "files": entries},
-                      indent=1, sort_keys=True) + "\n"
-    atomic_write(out / f"rank-{rank}.json", lambda f: f.write(text.encode()))
-    return Recorded(len(entries), sum(e["bytes"] for e in entries.values()), time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    _write_record(folder, rank, entries, seconds)
+    return Recorded(len(entries), sum(e["bytes"] for e in entries.values()), seconds)
+
+
+def add_to_record(folder: Path, rank: int, name: str, source: Path) -> None:
+    """Add file `source`'s length and CRC32, under `name`, to `rank`'s record in step folder
+    `folder` (rewritten atomically; made when missing)."""
+    path = Path(folder) / CHECKSUM_DIR / f"rank-{rank}.json"
+    t0 = time.perf_counter()
+    entries: dict[str, dict[str, int]] = {}
+    seconds = 0.0
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        entries, seconds = dict(raw["files"]), float(raw.get("seconds", 0.0))
+    n, crc = file_crc32(source)
+    entries[name] = {"bytes": n, "crc32": crc}
+    _write_record(folder, rank, entries, seconds + time.perf_counter() - t0)
 
 
 def record_rank(folder: Path, rank: int) -> Recorded:
-    """After DCP's write of step folder `folder` finished: record the files `rank` wrote."""
+    """Record the files `rank` wrote into step folder `folder`, once its write has finished (for a
+    folder written outside a run, e.g. scripts/convert_checkpoint.py's, which is renamed into place
+    only afterwards; a run's saves record through RecordingWriter)."""
     return record_files(folder, rank, rank_files(folder, rank))
+
+
+def recorded(folder: Path, rank: int) -> Recorded:
+    """What `rank`'s record in step folder `folder` covers (for the save's log line); zeros when it
+    cannot be read (the log line then shows that it is missing)."""
+    try:
+        raw = json.loads((Path(folder) / CHECKSUM_DIR / f"rank-{rank}.json").read_text())
+        files = raw["files"]
+        return Recorded(len(files), sum(int(e["bytes"]) for e in files.values()),
+                        float(raw.get("seconds", 0.0)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Recorded(0, 0, 0.0)
+
+
+class _RecordsMetadataFirst(FileSystem):
+    """DCP's FileSystem, except that putting the finished `.metadata` temp file into place (DCP's
+    coordinator renames it: torch 2.11-2.14) first adds its checksum to rank 0's record, so the
+    record names `.metadata` before the folder counts as complete."""
+
+    def rename(self, path: Any, new_path: Any) -> None:
+        if Path(new_path).name == METADATA:
+            add_to_record(Path(new_path).parent, 0, METADATA, Path(path))
+        super().rename(path, new_path)
+
+
+# DCP's FileSystemWriter gives rank r's plan the storage prefix "__{r}_" (prepare_global_plan).
+_PREFIX_RE = re.compile(r"^__(\d+)_$")
+
+
+class RecordingWriter(FileSystemWriter):
+    """DCP's FileSystemWriter that records each rank's checksums as part of the save: after the
+    rank's shards are written and before it reports them to the coordinator (write_data), and
+    `.metadata`'s before it is renamed into place (see the module docstring for why). It runs where
+    DCP writes: the training thread, DCP's async thread, or a writer process (it is pickled there)."""
+
+    def __init__(self, path: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(path, *args, **kwargs)
+        self.fs = _RecordsMetadataFirst()
+
+    def write_data(self, plan: Any, planner: Any) -> Future:
+        written = super().write_data(plan, planner)
+        results = written.wait()  # raises the write's own failure: then nothing is recorded
+        folder = Path(self.path)
+        names = sorted({wr.storage_data.relative_path for wr in results})
+        record_files(folder, self._rank(plan), [folder / name for name in names])
+        return written
+
+    def _rank(self, plan: Any) -> int:
+        match = _PREFIX_RE.match(str(getattr(plan.storage_data, "prefix", "")))
+        if match:
+            return int(match.group(1))
+        if isinstance(self.rank, int):  # set by set_up_storage_writer on newer torch
+            return self.rank
+        raise RuntimeError(f"checkpoint {self.path}: cannot tell which rank writes the files of storage "
+                           f"prefix {plan.storage_data!r}, so their checksums cannot be recorded")
+
+    def finish(self, metadata: Any, results: Any) -> None:
+        super().finish(metadata, results)
+        # A torch that put .metadata in place without a rename: record it now, just after (a crash
+        # in between leaves .metadata alone unverified; the shards are recorded already).
+        folder = Path(self.path)
+        try:
+            listed = METADATA in read_record(folder / CHECKSUM_DIR / "rank-0.json")
+        except (OSError, ValueError):
+            listed = False
+        if not listed:
+            add_to_record(folder, 0, METADATA, folder / METADATA)
 
 
 def _uint(value: object, limit: int) -> bool:
@@ -233,30 +328,3 @@ def verify_step(path: Path, root: Path, rank: int, world_size: int, group: Any) 
         total = sum(expected.files[n][0] for n in names)
         logger.info(f"checkpoint: {len(names)} files ({size(total)}) of {path} match their checksums, "
                     f"checked by {world_size} rank(s) in {time.perf_counter() - t0:.2f}s")
-
-
-class BackgroundRecorder:
-    """Records an async save's checksums once its write is done, in a thread of its own (made at the
-    first use), so the training loop goes on meanwhile. No collective runs there: each rank records
-    its own files, and the ranks need not agree on when."""
-
-    def __init__(self) -> None:
-        self._pool: ThreadPoolExecutor | None = None
-
-    def after(self, written: Future, folder: Path, rank: int) -> Future:
-        """A future that completes with record_rank(folder, rank) after `written` completes, or
-        fails with the write's own failure."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="titankit-checksums")
-
-        def then_record() -> Recorded:
-            written.result()
-            return record_rank(folder, rank)
-
-        return self._pool.submit(then_record)
-
-    def close(self) -> None:
-        """After the last save has been waited for: end the thread."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None

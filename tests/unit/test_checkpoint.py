@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from torch.distributed.checkpoint import FileSystemWriter
 
 from trainer.checkpoint import CheckpointManager
+from trainer.checkpoint_checksums import RecordingWriter
 from trainer.checkpoint_errors import CheckpointReadError, CheckpointWriteError
 from tests.helpers.one_rank import one_rank_group
 from trainer.config.schema import JobConfig
@@ -517,8 +517,9 @@ def test_initial_load_path(tmp_path):
         start(tmp_path / "dst5", initial_load_path=str(tmp_path / "notes.txt"))
 
 
-class SlowWriter(FileSystemWriter):
-    """Writes like DCP's FileSystemWriter, one second later (a slow shared filesystem)."""
+class SlowWriter(RecordingWriter):
+    """Writes like the run's writer (DCP's, recording checksums), one second later (a slow shared
+    filesystem)."""
 
     def write_data(self, plan, planner):
         time.sleep(1.0)
@@ -943,7 +944,7 @@ def test_a_write_the_signal_ended_does_not_stop_the_next_steps_preemption_save(t
     mgr2.close()
 
 
-class FullDiskWriter(FileSystemWriter):
+class FullDiskWriter(RecordingWriter):
     """A filesystem that runs out of space during the write."""
 
     def write_data(self, plan, planner):
@@ -985,7 +986,7 @@ def test_an_async_write_failure_raised_as_dcps_base_exception_is_reported():
         mgr._wait()
 
 
-class ShortWriteWriter(FileSystemWriter):
+class ShortWriteWriter(RecordingWriter):
     """torch.save's zip writer on a full device: the ENOSPC is lost, only the short write shows."""
 
     def write_data(self, plan, planner):

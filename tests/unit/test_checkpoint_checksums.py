@@ -4,8 +4,8 @@ What a user relies on: every save records a CRC32 of each file it wrote; a resum
 damaged in place (same length, other bytes) stops before loading, naming each file, what was saved
 and what was found, and the checkpoint to resume instead, without changing anything on disk; a
 folder without (readable) checksums still loads, with a warning naming it; verify_checksums = false
-skips the check (and then a flipped byte loads as a wrong weight); async saves record them from a
-background thread; retention and set-aside move or remove them with their folder; the offline
+skips the check (and then a flipped byte loads as a wrong weight); every record is in place before
+the folder's .metadata; async saves record them in the background; retention and set-aside move or remove them with their folder; the offline
 check (python -m trainer.checkpoint_verify) says the same per file.
 """
 
@@ -33,7 +33,7 @@ from trainer.checkpoint_checksums import (
     file_crc32,
     share,
 )
-from trainer.checkpoint_errors import CheckpointReadError, damage_failure
+from trainer.checkpoint_errors import CheckpointReadError, CheckpointWriteError, damage_failure
 from trainer.checkpoint_folders import read_metadata, shard_lengths
 from trainer.checkpoint_verify import verify
 
@@ -206,22 +206,52 @@ def test_files_a_record_leaves_out_are_named_and_the_rest_still_checked(tmp_path
 
 def test_an_async_save_records_its_checksums_off_the_training_thread(tmp_path, monkeypatch):
     threads: list[str] = []
-    real = checksums_module.record_rank
+    real = checksums_module.record_files
 
-    def recording(folder, rank):
+    def recording(folder, rank, files):
         threads.append(threading.current_thread().name)
-        return real(folder, rank)
+        return real(folder, rank, files)
 
-    monkeypatch.setattr(checksums_module, "record_rank", recording)
+    monkeypatch.setattr(checksums_module, "record_files", recording)
     t, mgr = start(tmp_path, interval=2, async_mode="async", async_writer="thread")
     mgr.writer_factory = SlowWriter
-    run(t, 3, mgr)  # step 3 trains while step 2 is written and then hashed
+    run(t, 3, mgr)  # step 3 trains while step 2 is written and hashed
     mgr.close()
-    assert threads and all(name.startswith("titankit-checksums") for name in threads), threads
+    main = threading.main_thread().name
+    assert threads and all(name != main for name in threads), threads
     step = tmp_path / "checkpoint" / "step-2"
     assert set(record(step)["files"]) == {".metadata", "__0_0.distcp"}
     t2, mgr2 = start(tmp_path, interval=2)
     assert t2.step == 2
+    mgr2.close()
+
+
+class CutOff(RuntimeError):
+    """The process ends here (kill -9, a node failure): nothing after this point runs."""
+
+
+@pytest.mark.parametrize("async_mode", ["disabled", "async"])
+def test_a_save_cut_off_as_its_metadata_appears_has_every_checksum_already(tmp_path, async_mode):
+    """The earliest moment a folder counts as complete is the rename of DCP's .metadata into place;
+    a crash right then (or a rank killed then, its records never written) used to leave a folder
+    that resumed unverified with only a warning. Each record is written before .metadata now."""
+    t, mgr = start(tmp_path, interval=2, async_mode=async_mode, async_writer="thread")
+
+    class CutOffAfterMetadata(mgr.writer_factory):  # the writer the run uses, stopped right there
+        def finish(self, metadata, results):
+            super().finish(metadata, results)
+            raise CutOff("the process ends right after .metadata is in place")
+
+    mgr.writer_factory = CutOffAfterMetadata
+    with pytest.raises(CheckpointWriteError, match="CutOff"):
+        run(t, 2, mgr)
+        mgr.close()  # an async save fails here
+    step = tmp_path / "checkpoint" / "step-2"
+    assert (step / ".metadata").is_file()
+    assert set(record(step)["files"]) == {".metadata", *shard_lengths(read_metadata(step))}
+    with captured_warnings() as warned:
+        t2, mgr2 = start(tmp_path, interval=2)
+    assert t2.step == 2 and warned == []  # every file verified: no "loaded without verifying"
     mgr2.close()
 
 

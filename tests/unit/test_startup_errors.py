@@ -106,17 +106,16 @@ def test_a_failed_checkpoint_write_ends_the_run_with_one_line(tmp_path, monkeypa
     # Was a RuntimeError with DCP's per-rank tracebacks inside it (300+ lines on 2 ranks).
     import errno
 
-    from torch.distributed.checkpoint import FileSystemWriter
-
     import trainer.checkpoint
+    from trainer.checkpoint_checksums import RecordingWriter
 
-    class FullDisk(FileSystemWriter):
+    class FullDisk(RecordingWriter):
         def write_data(self, plan, planner):
             if Path(str(self.path)).name == "step-2":
                 raise OSError(errno.ENOSPC, "No space left on device")
             return super().write_data(plan, planner)
 
-    monkeypatch.setattr(trainer.checkpoint, "FileSystemWriter", FullDisk)
+    monkeypatch.setattr(trainer.checkpoint, "RecordingWriter", FullDisk)
     assert launch(tmp_path, monkeypatch, "--run.name=x", "--checkpoint.enable", "--training.steps=3",
                   "--checkpoint.interval=1", f"--checkpoint.async_mode={mode}") == 1
     err = capsys.readouterr().err
