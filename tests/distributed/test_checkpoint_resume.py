@@ -142,19 +142,28 @@ def test_stop_and_resume_is_bitwise_identical_with_async_save(dump, reference, w
     assert "for the checksums of rank 0's" in proc.stderr
     assert recorded_files(dump / name / "checkpoint" / "step-10") == \
         all_files(dump / name / "checkpoint" / "step-10")
-    proc = launch(dump, name, 2, *flags)
-    assert "resumed from" in proc.stderr and "step-10" in proc.stderr
-    assert "match their checksums, checked by 2 rank(s)" in proc.stderr
+    resumed = launch(dump, name, 2, *flags)
+    assert "resumed from" in resumed.stderr and "step-10" in resumed.stderr
+    assert "match their checksums, checked by 2 rank(s)" in resumed.stderr
     got = losses(dump / name)
     for step in range(11, STEPS + 1):
         assert got[step] == reference[step], (step, got[step], reference[step])
-    # Both launches' configs are kept: the first as config.toml, the second (other steps and
+    # step-5 was written while steps 6-10 trained (step-10, the last, was waited for at exit): a
+    # rewind to it continues bitwise too, so the write read the state of step 5, not a later one.
+    proc = launch(dump, name, 2, "--checkpoint.load_step=5", *flags)
+    assert "resumed from" in proc.stderr and "step-5" in proc.stderr
+    got = losses(dump / name)
+    for step in range(6, STEPS + 1):
+        assert got[step] == reference[step], (step, got[step], reference[step])
+    # The launches' configs are kept: the first as config.toml, the second (other steps and
     # interval) beside it, and the log says where it went.
     run_dir = dump / name
-    assert sorted(p.name for p in run_dir.glob("config*")) == ["config.toml", "config_0002.toml"]
+    assert sorted(p.name for p in run_dir.glob("config*")) == ["config.toml", "config_0002.toml",
+                                                                  "config_0003.toml"]
     assert "steps = 10" in (run_dir / "config.toml").read_text()
     assert "steps = 20" in (run_dir / "config_0002.toml").read_text()
-    assert f"this launch's resolved config is {run_dir / 'config_0002.toml'}" in proc.stderr
+    assert "load_step = 5" in (run_dir / "config_0003.toml").read_text()
+    assert f"this launch's resolved config is {run_dir / 'config_0002.toml'}" in resumed.stderr
 
 
 def test_without_the_nan_fill_losses_and_resume_stay_bitwise(dump, reference):
