@@ -182,8 +182,9 @@ class RecordingWriter(FileSystemWriter):
         match = _PREFIX_RE.match(str(getattr(plan.storage_data, "prefix", "")))
         if match:
             return int(match.group(1))
-        if isinstance(self.rank, int):  # set by set_up_storage_writer on newer torch
-            return self.rank
+        rank = getattr(self, "rank", None)  # set by set_up_storage_writer on newer torch
+        if isinstance(rank, int):
+            return rank
         raise RuntimeError(f"checkpoint {self.path}: cannot tell which rank writes the files of storage "
                            f"prefix {plan.storage_data!r}, so their checksums cannot be recorded")
 
@@ -196,7 +197,7 @@ class RecordingWriter(FileSystemWriter):
             listed = METADATA in read_record(folder / CHECKSUM_DIR / "rank-0.json")
         except (OSError, ValueError):
             listed = False
-        if not listed:
+        if not listed and (folder / METADATA).is_file():
             add_to_record(folder, 0, METADATA, folder / METADATA)
 
 

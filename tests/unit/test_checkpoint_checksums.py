@@ -238,9 +238,16 @@ def test_a_save_cut_off_as_its_metadata_appears_has_every_checksum_already(tmp_p
     t, mgr = start(tmp_path, interval=2, async_mode=async_mode, async_writer="thread")
 
     class CutOffAfterMetadata(mgr.writer_factory):  # the writer the run uses, stopped right there
-        def finish(self, metadata, results):
-            super().finish(metadata, results)
-            raise CutOff("the process ends right after .metadata is in place")
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            put_in_place = self.fs.rename
+
+            def rename(path, new_path):
+                put_in_place(path, new_path)
+                if Path(new_path).name == ".metadata":
+                    raise CutOff("the process ends right after .metadata is in place")
+
+            self.fs.rename = rename
 
     mgr.writer_factory = CutOffAfterMetadata
     with pytest.raises(CheckpointWriteError, match="CutOff"):
