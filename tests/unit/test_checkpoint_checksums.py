@@ -5,8 +5,9 @@ damaged in place (same length, other bytes) stops before loading, naming each fi
 and what was found, and the checkpoint to resume instead, without changing anything on disk; a
 folder without (readable) checksums still loads, with a warning naming it; verify_checksums = false
 skips the check (and then a flipped byte loads as a wrong weight); every record is in place before
-the folder's .metadata; async saves record them in the background; retention and set-aside move or remove them with their folder; the offline
-check (python -m trainer.checkpoint_verify) says the same per file.
+the folder's .metadata; async saves record them in the background; retention and set-aside move or
+remove them with their folder; the offline check (python -m trainer.checkpoint_verify) says the same
+per file.
 """
 
 from __future__ import annotations
