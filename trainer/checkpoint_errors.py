@@ -13,7 +13,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from trainer.checkpoint_folders import STEP_RE, complete_step_folders
+from trainer.checkpoint_folders import STEP_RE, complete_step_folders, incomplete_reason
 
 # A rank's failure is shown up to this many characters (the first line of its message).
 _SHOWN_CHARS = 240
@@ -119,9 +119,16 @@ def write_failure(root: Path, path: Path, exc: BaseException, rank_bytes: int | 
     advice = ("Free space there (or lower checkpoint.keep_latest_k) and relaunch"
               if full else "Relaunch once the cause is fixed")
     then = f": it continues from {last}" if complete else ": it starts at step 0"
+    # A failure after DCP put .metadata in place (a peer dying during its final broadcast of the
+    # result) leaves a folder that counts as complete, and a relaunch resumes it: say what is on
+    # disk, not what a failed write usually leaves.
+    if incomplete_reason(path) is None:
+        folder = ("Its .metadata and every shard it names were written before the failure, so the "
+                  "folder counts as complete")
+    else:
+        folder = "The folder stays incomplete and a relaunch skips it"
     return (f"checkpoint {path} could not be written ({full + '; ' if full else ''}{space}): "
-            f"{summary(exc)}. The folder stays incomplete and a relaunch skips it; the newest "
-            f"complete checkpoint is {last}. {advice}{then}")
+            f"{summary(exc)}. {folder}; the newest complete checkpoint is {last}. {advice}{then}")
 
 
 def read_failure(root: Path, path: Path, exc: BaseException) -> str:

@@ -1025,6 +1025,36 @@ def test_a_full_device_is_named_even_when_the_exception_does_not_say_so(tmp_path
     mgr2.close()
 
 
+class MetadataThenFailWriter(RecordingWriter):
+    """A save that fails after DCP put .metadata in place, as when a peer dies during DCP's final
+    broadcast of the result: the folder on disk is complete."""
+
+    def finish(self, metadata, results):
+        super().finish(metadata, results)
+        raise RuntimeError("Connection closed by peer")
+
+
+def test_a_failure_after_metadata_says_the_folder_is_complete_and_a_relaunch_uses_it(tmp_path):
+    """Was: "The folder stays incomplete and a relaunch skips it; the newest complete checkpoint is
+    step-4", naming as complete the very folder it called incomplete."""
+    t, mgr = start(tmp_path, interval=2)
+    run(t, 2, mgr)  # step-2 complete
+    mgr.writer_factory = MetadataThenFailWriter
+    with pytest.raises(CheckpointWriteError) as err:
+        run(t, 2, mgr)
+    msg = str(err.value)
+    assert f"checkpoint {tmp_path / 'checkpoint' / 'step-4'} could not be written" in msg
+    assert "RuntimeError: Connection closed by peer" in msg and "\n" not in msg
+    assert "stays incomplete" not in msg and "skips it" not in msg
+    assert ("Its .metadata and every shard it names were written before the failure, so the folder "
+            "counts as complete; the newest complete checkpoint is step-4. Relaunch once the cause is "
+            "fixed: it continues from step-4") in msg
+    mgr.close()
+    t2, mgr2 = start(tmp_path, interval=2)  # what the message promised
+    assert t2.step == 4
+    mgr2.close()
+
+
 # ---- checkpoint.load_step applies once per checkpoint folder; a complete run says so ------------
 
 def folders(run_dir: Path) -> list[str]:
