@@ -29,6 +29,8 @@ from trainer.files import atomic_write
 from trainer.log import logger
 
 STEP_RE = re.compile(r"^step-(\d+)$")
+# A step folder renamed for deletion (delete_step_folder): hidden, and never a STEP_RE name.
+TRASH_RE = re.compile(r"^\.step-\d+\.deleting$")
 
 
 def step_folder(root: Path, step: int) -> Path:
@@ -140,6 +142,7 @@ def apply_retention(root: Path, keep: int) -> list[Path]:
     that died and can never be loaded. Never touches the newest complete folder (keep >= 2 is
     enforced by the config) or anything newer than it (a save may be in flight there).
     """
+    remove_trash(root)  # before `keep`: a run may relaunch with keep_latest_k = 0
     if keep <= 0:
         return []
     complete = complete_step_folders(root, warn=False)
@@ -150,9 +153,38 @@ def apply_retention(root: Path, keep: int) -> list[Path]:
     doomed = [p for _, p in complete[:-keep]]
     doomed += [p for s, p in list_step_folders(root) if s < newest and p not in complete_paths]
     for path in doomed:
-        shutil.rmtree(path)
+        delete_step_folder(path)
         logger.info(f"checkpoint retention (keep_latest_k = {keep}): removed {path}")
     return doomed
+
+
+def delete_step_folder(path: Path) -> None:
+    """Delete step folder `path` so that a crash midway leaves nothing that looks like a checkpoint.
+
+    rmtree removes files in directory order: cut short, it could leave `.metadata` and the shards
+    without `.checksums/` (complete, loaded unverified) or without a shard. So the folder is first
+    renamed out of the `step-N` namespace to a hidden `.step-N.deleting` in the same parent (one
+    atomic rename), then removed; a leftover of that name is ignored by every resume (STEP_RE) and
+    removed by the next retention (remove_trash)."""
+    path = Path(path)
+    if path.is_symlink():
+        shutil.rmtree(path)  # raises OSError as before: neither the link nor its target is renamed
+    trash = path.with_name(f".{path.name}.deleting")
+    if trash.exists():  # the same step's earlier deletion died midway: it is trash already
+        shutil.rmtree(trash)
+    path.rename(trash)
+    shutil.rmtree(trash)
+
+
+def remove_trash(root: Path) -> None:
+    """Finish the deletions (delete_step_folder) that a crash cut short in root."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for child in sorted(root.iterdir()):
+        if TRASH_RE.match(child.name) and child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+            logger.info(f"checkpoint retention: removed {child}, left by a deletion cut short")
 
 
 def set_aside(path: Path, why: str) -> Path:

@@ -472,6 +472,45 @@ def test_retention_keeps_latest_k(tmp_path):
         ["step-2", "step-4", "step-6"]
 
 
+class Crash(BaseException):
+    """The process dying (kill -9, a node failure): nothing after it runs, no handler catches it."""
+
+
+def test_a_deletion_cut_short_by_a_crash_leaves_nothing_that_looks_like_a_checkpoint(tmp_path,
+                                                                                     monkeypatch):
+    """Was: retention's rmtree of step-1 cut short after it removed .checksums/ left step-1 with its
+    .metadata and shards: complete to a resume, and loaded without its bytes verified."""
+    import shutil
+
+    from trainer.checkpoint_folders import complete_step_folders, list_step_folders
+
+    root = tmp_path / "checkpoint"
+    t, mgr = start(tmp_path, interval=1, keep_latest_k=2)
+    run(t, 2, mgr)
+    rmtree = shutil.rmtree
+
+    def dies_midway(path, *args, **kwargs):
+        rmtree(Path(path) / ".checksums")  # rmtree goes in directory order: these went first
+        raise Crash()
+
+    monkeypatch.setattr(shutil, "rmtree", dies_midway)
+    try:
+        with pytest.raises(Crash):
+            run(t, 1, mgr)  # step-3 is saved, then retention's deletion of step-1 dies midway
+    finally:
+        monkeypatch.undo()
+        mgr.close()
+    assert [s for s, _ in list_step_folders(root)] == [2, 3]
+    assert [s for s, _ in complete_step_folders(root)] == [2, 3]
+    assert (root / ".step-1.deleting").is_dir()  # what is left is hidden, out of the step-N names
+    # A relaunch resumes the newest, and its first save's retention removes the leftover.
+    t2, mgr2 = start(tmp_path, interval=1, keep_latest_k=2)
+    assert t2.step == 3
+    run(t2, 1, mgr2)
+    mgr2.close()
+    assert steps_on_disk(tmp_path) == ["step-3", "step-4"]
+
+
 def test_load_step_and_rewind(tmp_path):
     t, mgr = start(tmp_path, interval=2, keep_latest_k=0)
     run(t, 6, mgr)
