@@ -72,6 +72,7 @@ from trainer.checkpoint_folders import (
     resolve_checkpoint,
     section_template,
     set_aside,
+    set_aside_note,
     step_folder,
     unsaved_rewind,
     write_load_step_record,
@@ -316,9 +317,9 @@ class CheckpointManager:
                 return str(path), False, "rewind"
         steps = [s for s, _ in complete]
         raise ValueError(
-            f"checkpoint.load_step = {want}: "
-            f"{step_folder(self.root, want)} is not a complete checkpoint "
-            f"(complete ones in {self.root}: {steps or 'none'}); use -1 for the newest")
+            f"checkpoint.load_step = {want}: {step_folder(self.root, want)} is not a complete "
+            f"checkpoint (complete ones in {self.root}: {steps or 'none'}); use -1 for the newest"
+            f"{set_aside_note(self.root, want)}")
 
     def _record_rewind(self) -> None:
         """Rank 0, after the load_step checkpoint loaded: record the rewind (unless the record's

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 from pathlib import Path
@@ -198,6 +199,27 @@ def set_aside(path: Path, why: str) -> Path:
     path.rename(target)
     logger.warning(f"checkpoint {path} renamed to {target.name}: {why}")
     return target
+
+
+def set_aside_note(root: Path, step: int) -> str:
+    """For an error saying that step-{step} is not a complete checkpoint: the complete folders
+    set_aside renamed from it (step-N.superseded, .superseded2, ...) and how to load one; '' when
+    there are none. Without it the user learns only that the step is gone, though it is kept whole."""
+    root = Path(root)
+    pattern = re.compile(rf"^step-{step}\.superseded(\d*)$")
+    aside = sorted((int(m.group(1) or 1), p) for p in (root.iterdir() if root.is_dir() else [])
+                   if (m := pattern.match(p.name)) and p.is_dir() and incomplete_reason(p) is None)
+    if not aside:
+        return ""
+    target = step_folder(root, step)
+    # mv onto an existing folder would move the checkpoint inside it.
+    away = (f"move the incomplete {target.name} out of the way, then "
+            if target.exists() or target.is_symlink() else "")
+    names = ", ".join(p.name for _, p in aside)
+    example = "e.g. " if len(aside) > 1 else ""
+    return (f"; step-{step} was set aside as {names} (complete) by the first save of a run that "
+            f"resumed from an earlier step: to load it, {away}rename it back ({example}mv "
+            f"{shlex.quote(str(aside[-1][1]))} {shlex.quote(str(target))}) and relaunch")
 
 
 # The rewinds checkpoint.load_step applied in this checkpoint folder, oldest first (README):

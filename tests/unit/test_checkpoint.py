@@ -1155,6 +1155,28 @@ def test_a_different_load_step_still_rewinds(tmp_path):
         [(4, 8, 8), (8, 12, 12)]
 
 
+def test_load_step_of_a_step_set_aside_names_the_renamed_folder_and_how_to_load_it(tmp_path):
+    """Was: only "step-8 is not a complete checkpoint", though step-8.superseded holds it whole."""
+    rewound_run(tmp_path)
+    t, mgr = start(tmp_path, interval=2, keep_latest_k=2, load_step=4)
+    run(t, 2, mgr)  # saves step 6, and sets the abandoned step-8 aside
+    mgr.close()
+    assert folders(tmp_path) == ["step-4", "step-6", "step-8.superseded"]
+    ckpt = tmp_path / "checkpoint"
+    with pytest.raises(ValueError) as err:
+        start(tmp_path, interval=2, load_step=8)
+    msg = str(err.value)
+    assert msg.startswith(f"checkpoint.load_step = 8: {ckpt / 'step-8'} is not a complete checkpoint "
+                          f"(complete ones in {ckpt}: [4, 6]); use -1 for the newest; ")
+    assert msg.endswith(f"step-8 was set aside as step-8.superseded (complete) by the first save of a "
+                        f"run that resumed from an earlier step: to load it, rename it back (mv "
+                        f"{ckpt / 'step-8.superseded'} {ckpt / 'step-8'}) and relaunch")
+    (ckpt / "step-8.superseded").rename(ckpt / "step-8")  # as the message says: it loads
+    t2, mgr2 = start(tmp_path, interval=2, load_step=8)
+    assert t2.step == 8
+    mgr2.close()
+
+
 def test_a_relaunch_after_a_crash_before_retention_does_not_rewind_again(tmp_path):
     rewound_run(tmp_path)
     t, mgr = start(tmp_path, interval=4, keep_latest_k=2, load_step=4)
