@@ -580,6 +580,21 @@ def run_cli(*args: str, env_extra: dict | None = None) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.parametrize("args", [["--help"], ["--config", "configs/debug.toml"]])
+def test_cli_tool_into_a_pipe_closed_early_exits_quietly(args):
+    """Was: `python -m trainer.config --help | head -3` printed a BrokenPipeError traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader (head -3) is gone: every write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "trainer.config", *args], cwd=REPO,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == ""
+    assert proc.returncode == 141  # as for a tool that SIGPIPE ended (128 + 13)
+
+
 def test_include_inside_a_section_says_where_include_goes(tmp_path):
     f = write(tmp_path / "inc.toml", '[training]\ninclude = ["base.toml"]\n')
     with pytest.raises(ConfigError, match=r"training.include: include = \[...\] belongs at the top of the "

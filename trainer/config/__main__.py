@@ -2,7 +2,8 @@
 
 Runs every check a launch would (including the mesh for WORLD_SIZE, or --world-size N, a flag of
 this tool only), so a config can be tried on a laptop before it goes to the cluster.
-Exit status: 0 and the TOML on stdout; 2 and `error: <message>` on stderr for a config error.
+Exit status: 0 and the TOML on stdout; 2 and `error: <message>` on stderr for a config error;
+141, silently, when the reader of stdout left early (`--help | head`).
 """
 
 from __future__ import annotations
@@ -79,4 +80,15 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        try:
+            status = main(sys.argv[1:])
+        finally:  # a buffered tail (also --help's, which leaves by SystemExit) meets the pipe here
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left early (`--help | head -3`): stop quietly, as tools that SIGPIPE ends do,
+        # with their status, 128 + 13. stdout goes to /dev/null first, or the flush at exit fails
+        # again (the recipe of Python's signal module documentation, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    sys.exit(status)
