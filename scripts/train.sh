@@ -41,9 +41,29 @@ if [ -n "${cli_config:-}" ]; then
     exit 2
   fi
   CONFIG=$cli_config
+elif [ -n "${CONFIG:-}" ]; then
+  env_config=1  # the file comes from the environment alone (check_env_config)
 fi
 set -- ${args[@]+"${args[@]}"}
 CONFIG=${CONFIG:-configs/debug.toml}
+# A file named by CONFIG alone is checked before trainer.config, which gets it as --config and would
+# blame "command line". Relative paths start at the repository root (the cd above), so say where.
+check_env_config() {
+  local looked relative=""
+  [ -n "${env_config:-}" ] || return 0
+  looked=${CONFIG/#\~/$HOME}  # as Python's expanduser, for CONFIG="~/x.toml"
+  if [[ "$looked" != /* ]]; then
+    looked="$PWD/$looked"
+    relative=": a relative path starts at the repository root, where train.sh runs"
+  fi
+  if [ -d "$looked" ]; then
+    echo "error: CONFIG=$CONFIG (from the environment) is a folder, not a TOML file (looked at $looked$relative)" >&2
+    exit 2
+  elif [ ! -e "$looked" ]; then
+    echo "error: CONFIG=$CONFIG (from the environment): config file not found (looked for $looked$relative)" >&2
+    exit 2
+  fi
+}
 # NVLink multicast stays off: it can take a shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
@@ -56,7 +76,8 @@ export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-
 # rank inside torchrun's own traceback. The ranks check it again (their warnings are the ones shown).
 case " $* " in
   *" --help "*|*" -h "*) exec "$PYTHON" -m trainer.train --help ;;  # once, not once per rank
-  *) PYTHONWARNINGS=ignore "$PYTHON" -m trainer.config --config "$CONFIG" "$@" \
+  *) check_env_config
+     PYTHONWARNINGS=ignore "$PYTHON" -m trainer.config --config "$CONFIG" "$@" \
        --world-size $((NGPU * ${NNODES:-1})) > /dev/null || exit $? ;;
 esac
 if [ "${NNODES:-1}" -gt 1 ]; then

@@ -70,6 +70,23 @@ def test_an_empty_config_argument_is_refused(tmp_path, form):
     assert (rc, err.strip(), calls) == (2, "error: --config is empty; pass a TOML file", [])
 
 
+def test_a_config_file_from_the_environment_that_is_not_there_is_named_as_such(tmp_path):
+    """Was: "command line: config file 'missing.toml' not found", though it came from CONFIG."""
+    rc, err, calls = train_sh(tmp_path, CONFIG="missing.toml")
+    assert (rc, calls) == (2, [])
+    assert err.strip() == ("error: CONFIG=missing.toml (from the environment): config file not found "
+                           f"(looked for {REPO / 'missing.toml'}: a relative path starts at the repository root, "
+                           "where train.sh runs)")
+    rc, err, calls = train_sh(tmp_path, CONFIG="configs")
+    assert (rc, calls) == (2, [])
+    assert err.strip() == ("error: CONFIG=configs (from the environment) is a folder, not a TOML file "
+                           f"(looked at {REPO / 'configs'}: a relative path starts at the repository root, "
+                           "where train.sh runs)")
+    rc, err, calls = train_sh(tmp_path, CONFIG=str(tmp_path / "nope.toml"))  # absolute: no note
+    assert (rc, err.strip(), calls) == (2, f"error: CONFIG={tmp_path / 'nope.toml'} (from the environment): "
+                                           f"config file not found (looked for {tmp_path / 'nope.toml'})", [])
+
+
 @pytest.mark.parametrize("env", [{"NGPU": "0"}, {"NGPU": "two"}, {"NGPU": "1.5"}, {"NNODES": "x"}])
 def test_a_bad_process_count_is_one_line_before_anything_starts(tmp_path, env):
     """Was: an error about --world-size (a flag the user never gave), bash's 'unbound variable', or
