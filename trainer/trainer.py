@@ -358,11 +358,13 @@ class Trainer:
             loss = self.train_step()
             profiler.step(self.step)
             self.meter.add_step(local_tokens, self.last_data_time)
-            if first:
+            first_of_launch, first = first, False
+            if first_of_launch:
                 set_train_timeout(cfg.comm, self.mesh)
-                first = False
             last = self.step == t.steps
-            if self.step == 1 or self.step % cfg.metrics.log_freq == 0 or last:
+            # The launch's first step (step 1, or the first after a resume) gets a row of its own:
+            # its warm-up (compile, allocator, communicators) would pull down the next row's tokens/s.
+            if first_of_launch or self.step % cfg.metrics.log_freq == 0 or last:
                 self.metrics.log(self.step, {
                     **self.meter.collect(),
                     "loss_metrics/global_avg_loss": loss,

@@ -163,7 +163,8 @@ class Checkpoint:
 @dataclass
 class Metrics:
     log_freq: int = 10
-    """Log metrics every this many steps (and at step 1 and the last step)."""
+    """Log metrics every this many steps, at the last step, and at each launch's first step (step 1,
+    or the first after a resume: its warm-up gets a row of its own)."""
     enable_wandb: bool = False
     """Log to wandb on rank 0 (offline when no API key is configured)."""
     wandb_project: str = "titankit"
