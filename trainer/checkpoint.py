@@ -533,8 +533,12 @@ class CheckpointManager:
             return
         if self._poll():
             return  # the same signal reached every rank's writer: the next after_step saves
-        if step % self.cfg.interval == 0 or last:
+        if self.saves_at(step, last):
             self.save(step, blocking=not self.async_mode)
+
+    def saves_at(self, step: int, last: bool = False) -> bool:
+        """Whether maybe_save saves after `step` (a preemption aside)."""
+        return self.enabled and (step % self.cfg.interval == 0 or last)
 
     def save(self, step: int, blocking: bool = True) -> None:
         """Save the current state as step-{step}; async (blocking=False) returns once it is staged."""

@@ -16,12 +16,13 @@ Typical use in the trainer:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -209,6 +210,26 @@ class StepMeter:
         self._tokens += int(tokens)
         self._steps += 1
         self._data_s += float(data_seconds)
+
+    @contextlib.contextmanager
+    def paused(self, when: bool = True) -> Iterator[None]:
+        """With `when`, time spent inside is not step time: a checkpoint save or a profiler trace
+        export between two log steps would lower the next row's tokens/s and MFU by its length
+        (Megatron stops its interval timer around a save likewise; the save logs its own duration).
+
+        Synchronises the CUDA device first, so the kernels of the steps before stay counted; hence
+        `when`: pass False for the steps where nothing is saved or written, which need no sync.
+        """
+        if not when:
+            yield
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t0 = self._clock()
+        try:
+            yield
+        finally:
+            self._start += self._clock() - t0
 
     def collect(self) -> dict[str, float | None]:
         """The period's metrics under METRIC_KEYS names; starts the next period.

@@ -467,6 +467,10 @@ class StepProfiler:
             self._dump_memory()
         self._maybe_begin(step + 1)
 
+    def writes_at(self, step: int) -> bool:
+        """Whether step(`step`) ends the window and writes its trace or memory snapshot."""
+        return (self._prof is not None or self._recording_memory) and step >= self.last
+
     def close(self) -> None:
         """End of training: a window cut short by the end of the run is saved as far as it got."""
         if self._prof is not None and self._step < self.first:

@@ -356,7 +356,8 @@ class Trainer:
             if t.gc_freq > 0 and self.step % t.gc_freq == 0:
                 gc.collect(1)
             loss = self.train_step()
-            profiler.step(self.step)
+            with self.meter.paused(profiler.writes_at(self.step)):  # an export is no step time
+                profiler.step(self.step)
             self.meter.add_step(local_tokens, self.last_data_time)
             first_of_launch, first = first, False
             if first_of_launch:
@@ -374,7 +375,9 @@ class Trainer:
                     **self.extra_metrics(),
                 })
             if self.checkpointer is not None:
-                if self.checkpointer.after_step(self.step, last=last):
+                with self.meter.paused(self.checkpointer.saves_at(self.step, last)):  # nor a save
+                    stop = self.checkpointer.after_step(self.step, last=last)
+                if stop:
                     label = stop_label(self.preemption.agreed_signal)
                     logger.warning(f"{label}: checkpoint of step {self.step} saved, exiting"
                                    + ("; relaunch the same command to continue" if label == "Ctrl-C" else ""))
