@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable
 from datetime import timedelta
@@ -120,3 +121,31 @@ def set_train_timeout(comm: Comm, mesh) -> None:
 def destroy_distributed() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# gloo's words for a collective that failed because of another rank: its process ended (or its
+# connection broke), or it never joined within the timeout. gloo raises a plain RuntimeError whose
+# text carries the source location first and an emoji last; only the matched words are kept.
+_PEER_GONE = re.compile(r"Connection (?:closed|reset) by peer(?: \[[^\]]*\]:\d+)?")
+_TIMED_OUT = re.compile(r"Timed out waiting \d+ms for \w+ operation to complete")
+
+
+def peer_failure(exc: BaseException, step: int) -> str | None:
+    """One line for a collective of `step` that failed because of another rank, else None.
+
+    Such a rank's traceback (gloo's "Connection closed by peer", 60 lines deep in FSDP) reads as
+    its own failure, and torchrun's summary often names it as the root cause, as it exits within
+    the same second as the rank that failed first.
+    """
+    if not isinstance(exc, RuntimeError):
+        return None
+    text = str(exc)
+    if m := _PEER_GONE.search(text):
+        return (f"step {step}: another rank stopped (its process ended or its connection broke), so "
+                f"this rank's collective failed; that rank's own error, earlier in the log, is the "
+                f"cause (gloo: {m.group(0)})")
+    if m := _TIMED_OUT.search(text):
+        return (f"step {step}: a collective timed out: another rank is stuck, far slower, or "
+                f"stopped; its log says which (comm.train_timeout_seconds bounds the wait after the "
+                f"first step) (gloo: {m.group(0)})")
+    return None

@@ -48,7 +48,7 @@ def _run(argv: list[str], preemption) -> int:
         return 2
 
     from trainer.checkpoint_errors import CheckpointWriteError
-    from trainer.distributed import destroy_distributed
+    from trainer.distributed import destroy_distributed, peer_failure
     from trainer.trainer import NonFiniteError, Trainer
 
     try:
@@ -94,9 +94,14 @@ def _run(argv: list[str], preemption) -> int:
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise
         return report_stop(exc, 1, "training")
-    except BaseException:
+    except BaseException as exc:
         trainer.close()
-        raise
+        # A collective that failed because another rank stopped or hung: that rank's error is the
+        # cause, so this one gets a line saying so, not a traceback that reads as its own failure.
+        why = peer_failure(exc, trainer.step)
+        if why is None or os.environ.get("TITANKIT_TRACEBACK"):
+            raise
+        return report_stop(RuntimeError(why), 1, "training")
     finally:
         destroy_distributed()
     return 0
