@@ -130,8 +130,9 @@ _PEER_GONE = re.compile(r"Connection (?:closed|reset) by peer(?: \[[^\]]*\]:\d+)
 _TIMED_OUT = re.compile(r"Timed out waiting \d+ms for \w+ operation to complete")
 
 
-def peer_failure(exc: BaseException, step: int) -> str | None:
-    """One line for a collective of `step` that failed because of another rank, else None.
+def peer_failure(exc: BaseException, when: str) -> str | None:
+    """One line for a collective that failed because of another rank, else None. `when` starts
+    the line: "step 3", "start-up".
 
     Such a rank's traceback (gloo's "Connection closed by peer", 60 lines deep in FSDP) reads as
     its own failure, and torchrun's summary often names it as the root cause, as it exits within
@@ -141,11 +142,11 @@ def peer_failure(exc: BaseException, step: int) -> str | None:
         return None
     text = str(exc)
     if m := _PEER_GONE.search(text):
-        return (f"step {step}: another rank stopped (its process ended or its connection broke), so "
+        return (f"{when}: another rank stopped (its process ended or its connection broke), so "
                 f"this rank's collective failed; that rank's own error, earlier in the log, is the "
                 f"cause (gloo: {m.group(0)})")
     if m := _TIMED_OUT.search(text):
-        return (f"step {step}: a collective timed out: another rank is stuck, far slower, or "
-                f"stopped; its log says which (comm.train_timeout_seconds bounds the wait after the "
-                f"first step) (gloo: {m.group(0)})")
+        return (f"{when}: a collective timed out: another rank is stuck, far slower, or "
+                f"stopped; its log says which (the wait is comm.init_timeout_seconds until the "
+                f"first step is done, comm.train_timeout_seconds after it) (gloo: {m.group(0)})")
     return None

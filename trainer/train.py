@@ -55,12 +55,14 @@ def _run(argv: list[str], preemption) -> int:
         trainer = Trainer(cfg, dims, preemption=preemption)
     except (ValueError, RuntimeError, OSError, ImportError) as exc:
         # Refusals of the start-up (data, checkpoint, run folder, device, a missing package) carry
-        # messages that name the key or file; a per-rank traceback would bury them.
+        # messages that name the key or file; a per-rank traceback would bury them. A rank that
+        # met another rank's refusal in a collective says so (peer_failure).
         preemption.close()
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise
         destroy_distributed()
-        return report_stop(exc, 2, "start-up")
+        why = peer_failure(exc, "start-up")
+        return report_stop(exc if why is None else RuntimeError(why), 2, "start-up")
     except BaseException:
         preemption.close()
         destroy_distributed()
@@ -98,7 +100,7 @@ def _run(argv: list[str], preemption) -> int:
         trainer.close()
         # A collective that failed because another rank stopped or hung: that rank's error is the
         # cause, so this one gets a line saying so, not a traceback that reads as its own failure.
-        why = peer_failure(exc, trainer.step)
+        why = peer_failure(exc, f"step {trainer.step}")
         if why is None or os.environ.get("TITANKIT_TRACEBACK"):
             raise
         return report_stop(RuntimeError(why), 1, "training")

@@ -45,7 +45,7 @@ def test_a_lost_peer_is_one_error_line_and_status_1(tmp_path, monkeypatch, capfd
 
 
 def test_a_timed_out_collective_names_the_timeout(monkeypatch):
-    why = peer_failure(RuntimeError(TIMED_OUT), step=7)
+    why = peer_failure(RuntimeError(TIMED_OUT), "step 7")
     assert why.startswith("step 7: a collective timed out: another rank is stuck, far slower, or "
                           "stopped")
     assert "gloo: Timed out waiting 5000ms for send operation to complete" in why
@@ -53,9 +53,28 @@ def test_a_timed_out_collective_names_the_timeout(monkeypatch):
 
 @pytest.mark.parametrize("exc", [RuntimeError("CUDA out of memory"), ValueError(CLOSED), KeyError("x")])
 def test_other_errors_are_not_blamed_on_another_rank(exc):
-    assert peer_failure(exc, step=1) is None
+    assert peer_failure(exc, "step 1") is None
 
 
 def test_other_errors_keep_their_traceback(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
         launch(tmp_path, monkeypatch, RuntimeError("CUDA out of memory"))
+
+
+def test_a_peer_lost_during_start_up_is_named_so(tmp_path, monkeypatch, capfd):
+    # Rank 1 refused its data and left; rank 0 met that in its next start-up collective.
+    import trainer.trainer as trainer_module
+    from tests.helpers.one_rank import in_process_trainer_env, tiny_trainer_args
+    from trainer.train import main
+
+    def lost(*args, **kwargs):
+        raise RuntimeError(CLOSED)
+
+    monkeypatch.setattr(trainer_module, "build_dataset", lost)
+    with in_process_trainer_env(monkeypatch):
+        assert main([*tiny_trainer_args(tmp_path), "--run.name=r"]) == 2
+    err = capfd.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("[rank0] error:"))
+    assert line.startswith("[rank0] error: start-up: another rank stopped (its process ended or "
+                           "its connection broke)")
+    assert line.isascii()
