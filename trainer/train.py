@@ -80,14 +80,14 @@ def _run(argv: list[str], preemption) -> int:
         # would the interpreter's exit (its thread is joined): __main__ leaves with os._exit.
         preemption.close()
         done = getattr(trainer, "completed_step", trainer.step)
-        note = (trainer.checkpointer.relaunch_note(done) if trainer.checkpointer is not None
-                else "checkpoint.enable is false: nothing is saved")
-        return _interrupted(f"after step {done}: {note}")
+        return _interrupted(f"after step {done}: {_relaunch_note(trainer, 'nothing is saved')}")
     except NonFiniteError as exc:
-        trainer.close()
+        trainer.close()  # first: it finishes a checkpoint write in flight, which the note counts
         if os.environ.get("TITANKIT_TRACEBACK"):
             raise
-        return report_stop(exc, 1, "training")
+        # Where "relaunch to resume from the last checkpoint" actually continues, if anywhere.
+        note = _relaunch_note(trainer, "a relaunch starts over at step 0")
+        return report_stop(NonFiniteError(f"{exc} Here {note}."), 1, "training")
     except CheckpointWriteError as exc:
         # Every rank has the same failure (DCP reports it to all); the message names the newest
         # complete checkpoint. A failure of the last async write surfaces in close(): the second
@@ -128,6 +128,14 @@ def _config_warnings_logged():
                     logger.warning(str(w.message))
                 else:
                     warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
+def _relaunch_note(trainer, unsaved: str) -> str:
+    """Where a relaunch continues after the last completed step; `unsaved` for a run without
+    checkpoints."""
+    if trainer.checkpointer is None:
+        return f"checkpoint.enable is false: {unsaved}"
+    return trainer.checkpointer.relaunch_note(getattr(trainer, "completed_step", trainer.step))
 
 
 def _interrupted(what: str) -> int:
