@@ -528,12 +528,8 @@ class CheckpointManager:
         return False
 
     def maybe_save(self, step: int, last: bool = False) -> None:
-        """Saves every `interval` steps and at the last one (after_step calls it)."""
-        if not self.enabled:
-            return
-        if self._poll():
-            return  # the same signal reached every rank's writer: the next after_step saves
-        if self.saves_at(step, last):
+        """Every `interval` steps and at the last; not when _poll leaves it to the next after_step."""
+        if self.enabled and not self._poll() and self.saves_at(step, last):
             self.save(step, blocking=not self.async_mode)
 
     def saves_at(self, step: int, last: bool = False) -> bool:
