@@ -39,15 +39,14 @@ def _pop_world_size(argv: list[str]) -> tuple[int | None, list[str]]:
 
 
 def _env_world_size() -> int:
-    """$WORLD_SIZE, or 1 when it is unset or empty. A stray value is refused like a bad --world-size:
-    int() would raise a traceback for "abc", and "0" would check the config for no ranks at all."""
-    text = os.environ.get("WORLD_SIZE", "").strip()
-    if text == "":
-        return 1
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} (from the environment): expected an "
-                          "integer >= 1; or give the launch's world size with --world-size N")
-    return int(text)
+    """$WORLD_SIZE (trainer.parallel.dims.env_world_size), refused as a config error with this
+    tool's way out."""
+    from trainer.parallel.dims import env_world_size
+
+    try:
+        return env_world_size()
+    except ValueError as e:
+        raise ConfigError(f"{e}; or give the launch's world size with --world-size N") from e
 
 
 def main(argv: list[str]) -> int:

@@ -24,8 +24,16 @@ MESH_AXES = ("dp_replicate", "dp_shard", "cp", "tp")
 
 
 def env_world_size() -> int:
-    """World size as torchrun sets it (1 when run as a plain process)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    """World size as torchrun sets it (1 when run as a plain process, or when it is empty). A stray
+    value is a ValueError naming it: int() would give a bare traceback for "abc", and "0" would
+    check a config for no ranks at all."""
+    text = os.environ.get("WORLD_SIZE", "").strip()
+    if text == "":
+        return 1
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} (from the environment): expected an "
+                         "integer >= 1")
+    return int(text)
 
 
 def env_rank() -> int:
